@@ -1,0 +1,144 @@
+// k6 replica of the official Rinha de Backend 2026 load test (see ../../shared/SPEC.md).
+//
+//   MODE=full  (default) ramping-arrival-rate, startRate 1/s, one stage of 120 s up to 900/s,
+//              preAllocatedVUs 100, maxVUs 250: about 54,060 requests.
+//   MODE=smoke constant-arrival-rate, RATE/s (default 200) for DURATION (default 15s); the run
+//              fails (k6 exit 99) on any HTTP error, FP or FN.
+//
+// Payloads are taken from the test set in file order (iteration i sends entry i), each POSTed
+// with a 2001 ms timeout. An answer counts as an error if the status is not 200 or the body has
+// no boolean `approved`; otherwise it is TP/TN/FP/FN with fraud (= not approved) as positive.
+// The summary (p99, counts, contest score) is printed and written as JSON to $SUMMARY.
+//
+// Environment: TEST_DATA (decompressed test-data.json, required), BASE_URL (default
+// http://localhost:9999; loopback only), SUMMARY (default k6-summary.json), MODE, RATE, DURATION.
+
+import http from 'k6/http';
+import exec from 'k6/execution';
+import { SharedArray } from 'k6/data';
+import { Counter } from 'k6/metrics';
+
+const MODE = __ENV.MODE || 'full';
+const BASE_URL = __ENV.BASE_URL || 'http://localhost:9999';
+const SUMMARY = __ENV.SUMMARY || 'k6-summary.json';
+
+// Traffic goes only to this machine: refuse anything but a loopback address.
+if (!/^http:\/\/(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$/.test(BASE_URL)) {
+  throw new Error(`BASE_URL must be a loopback http://host:port, got ${BASE_URL}`);
+}
+if (!__ENV.TEST_DATA) {
+  throw new Error('TEST_DATA must name the decompressed test-data.json');
+}
+
+// [body text, expected_approved] per entry, serialised once here rather than per request.
+const entries = new SharedArray('entries', () =>
+  JSON.parse(open(__ENV.TEST_DATA)).entries.map((e) => [JSON.stringify(e.request), e.expected_approved]),
+);
+
+const tp = new Counter('tp');
+const tn = new Counter('tn');
+const fp = new Counter('fp');
+const fn = new Counter('fn');
+const errors = new Counter('errors');
+
+const scenarios = {
+  full: {
+    executor: 'ramping-arrival-rate',
+    startRate: 1,
+    timeUnit: '1s',
+    preAllocatedVUs: 100,
+    maxVUs: 250,
+    stages: [{ duration: '120s', target: 900 }],
+  },
+  smoke: {
+    executor: 'constant-arrival-rate',
+    rate: Number(__ENV.RATE || 200),
+    timeUnit: '1s',
+    duration: __ENV.DURATION || '15s',
+    preAllocatedVUs: 20,
+    maxVUs: 100,
+  },
+};
+if (!scenarios[MODE]) {
+  throw new Error(`MODE must be full or smoke, got ${MODE}`);
+}
+
+export const options = {
+  scenarios: { fraud: scenarios[MODE] },
+  summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)'],
+  thresholds: MODE === 'smoke' ? { errors: ['count==0'], fp: ['count==0'], fn: ['count==0'] } : {},
+  discardResponseBodies: false,
+};
+
+export function setup() {
+  // One zero sample each, so every counter exists in the summary and its threshold is evaluated.
+  for (const c of [tp, tn, fp, fn, errors]) c.add(0);
+}
+
+const params = { headers: { 'Content-Type': 'application/json' }, timeout: '2001ms' };
+
+export default function () {
+  const i = exec.scenario.iterationInTest;
+  if (i >= entries.length) return;
+  const [body, expectedApproved] = entries[i];
+  const res = http.post(`${BASE_URL}/fraud-score`, body, params);
+  if (res.status !== 200) {
+    errors.add(1);
+    return;
+  }
+  let approved;
+  try {
+    approved = JSON.parse(res.body).approved;
+  } catch (_) {
+    errors.add(1);
+    return;
+  }
+  if (typeof approved !== 'boolean') {
+    errors.add(1);
+  } else if (expectedApproved) {
+    (approved ? tn : fp).add(1);
+  } else {
+    (approved ? fn : tp).add(1);
+  }
+}
+
+function count(data, name) {
+  const m = data.metrics[name];
+  return m ? m.values.count : 0;
+}
+
+// The contest's formulas (SPEC.md "Load test and score").
+export function score(p99, n, fpN, fnN, errN) {
+  const p99Score = p99 > 2000 ? -3000 : 1000 * Math.log10(1000 / Math.max(p99, 1));
+  const e = fpN + 3 * fnN + 5 * errN;
+  let detection;
+  if (n === 0 || (fpN + fnN + errN) / n > 0.15) detection = -3000;
+  else detection = 1000 * Math.log10(1 / Math.max(e / n, 0.001)) - 300 * Math.log10(1 + e);
+  return { p99_score: p99Score, detection_score: detection, final_score: Math.min(p99Score + detection, 6000) };
+}
+
+export function handleSummary(data) {
+  const d = data.metrics.http_req_duration;
+  const v = d ? d.values : {};
+  const c = { tp: count(data, 'tp'), tn: count(data, 'tn'), fp: count(data, 'fp'), fn: count(data, 'fn'), errors: count(data, 'errors') };
+  const n = c.tp + c.tn + c.fp + c.fn + c.errors;
+  const p99 = v['p(99)'] || 0;
+  const result = {
+    mode: MODE,
+    base_url: BASE_URL,
+    requests: n,
+    http_reqs: count(data, 'http_reqs'),
+    dropped_iterations: count(data, 'dropped_iterations'),
+    ...c,
+    latency_ms: { avg: v.avg, min: v.min, med: v.med, p90: v['p(90)'], p95: v['p(95)'], p99, p999: v['p(99.9)'], max: v.max },
+    ...score(p99, n, c.fp, c.fn, c.errors),
+    vus_max: data.metrics.vus_max ? data.metrics.vus_max.values.max : null,
+    state: { test_run_duration_ms: data.state.testRunDurationMs },
+  };
+  const f = (x) => (x === undefined ? 'n/a' : x.toFixed(3));
+  const text =
+    `\n[${MODE}] requests ${n}  TP ${c.tp}  TN ${c.tn}  FP ${c.fp}  FN ${c.fn}  errors ${c.errors}  dropped ${result.dropped_iterations}\n` +
+    `latency ms: med ${f(v.med)}  p90 ${f(v['p(90)'])}  p99 ${f(p99)}  p99.9 ${f(v['p(99.9)'])}  max ${f(v.max)}\n` +
+    `score: p99 ${result.p99_score.toFixed(2)} + detection ${result.detection_score.toFixed(2)} = ${result.final_score.toFixed(2)}\n`;
+  return { stdout: text, [SUMMARY]: JSON.stringify(result, null, 2) + '\n' };
+}

