@@ -1,0 +1,68 @@
+//! With feature `embedded-index`, builds the index artifact that `src/index.rs` embeds.
+//!
+//! Inputs (a change to any of them rebuilds the artifact, nothing else does):
+//! - `FRAUD_REFERENCES`: the references file, default `resources/references.json.gz`;
+//! - `FRAUD_INDEX_CODEC`: `i16` (default, exact) or `fp16`;
+//! - `FRAUD_REFERENCES_SHA256`: the digest to require, default the contest's; `any` accepts
+//!   any data;
+//! - `FRAUD_INDEX_ARTIFACT_IN`: use this prebuilt artifact instead of packing (it is checked);
+//! - the index-pack library itself (cargo rebuilds this script when it changes).
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if env::var_os("CARGO_FEATURE_EMBEDDED_INDEX").is_none() {
+        return;
+    }
+    for var in ["FRAUD_REFERENCES", "FRAUD_INDEX_CODEC", "FRAUD_REFERENCES_SHA256", "FRAUD_INDEX_ARTIFACT_IN"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("fraud-index.idx");
+    if let Some(prebuilt) = env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
+        let prebuilt = PathBuf::from(prebuilt);
+        println!("cargo:rerun-if-changed={}", prebuilt.display());
+        let bytes = std::fs::read(&prebuilt).unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
+        check(&bytes);
+        std::fs::write(&out, &bytes).unwrap();
+    } else {
+        let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
+        let refs = env::var_os("FRAUD_REFERENCES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| manifest.join("../resources/references.json.gz"));
+        println!("cargo:rerun-if-changed={}", refs.display());
+        let expect = match env::var("FRAUD_REFERENCES_SHA256").ok().as_deref() {
+            None | Some("") => index_pack::source::Expect::Contest,
+            Some("any") => index_pack::source::Expect::Any,
+            Some(s) => index_pack::source::Expect::Sha256(s.to_string()),
+        };
+        let codec = match env::var("FRAUD_INDEX_CODEC").ok().as_deref() {
+            None | Some("") | Some("i16") => index_pack::CodecKind::I16,
+            Some("fp16") => index_pack::CodecKind::F16,
+            Some(other) => panic!("FRAUD_INDEX_CODEC must be i16 or fp16, not {other:?}"),
+        };
+        let opts = index_pack::PackOptions { codec, ..Default::default() };
+        let started = std::time::Instant::now();
+        let bytes = index_pack::pack_file(&refs, &expect, &opts)
+            .unwrap_or_else(|e| panic!("packing {} failed: {e:#}", refs.display()));
+        check(&bytes);
+        index_pack::write_atomically(&out, &bytes).unwrap();
+        println!(
+            "cargo:warning=packed {} ({} codec) into {} bytes in {:.1} s, artifact SHA-256 {}",
+            refs.display(),
+            codec.name(),
+            bytes.len(),
+            started.elapsed().as_secs_f64(),
+            index_pack::sha256_hex(&bytes)
+        );
+    }
+    println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT={}", out.display());
+}
+
+/// Full check before embedding: footer, CRC32, archive validation, layout.
+fn check(bytes: &[u8]) {
+    if let Err(e) = index_pack::format::verify_deep(&index_pack::format::aligned_copy(bytes)) {
+        panic!("the index artifact is not valid: {e}");
+    }
+}

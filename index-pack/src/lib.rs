@@ -1,0 +1,100 @@
+//! # index-pack: the fraud index format and the packer that builds it
+//!
+//! The fraud scorer answers by an exact 5-nearest-neighbour vote over 3,000,000 labelled
+//! reference vectors. This crate owns everything about the stored index:
+//!
+//! - [`format`]: the archived types (coarse quantizer, inverted lists with exact bounding boxes,
+//!   scalar codes), the footer with version and checksum, and [`format::open`], which validates
+//!   an artifact in place (zero-copy) for the search in the `function` crate.
+//! - [`codec`]: the two scalar codecs, exact `i16` (value x 10000) and lossy `fp16`.
+//! - [`layout`]: references + centroids + assignment -> lists, k-d blocks and bounds (pure).
+//! - `source` and `train` (feature `pack`): streaming the contest JSON with its SHA-256 check,
+//!   and faiss k-means for the coarse centroids.
+//!
+//! Data flows one way: references -> [`layout::References`] -> [`format::Index`] -> artifact
+//! bytes. The reader side needs only `format` and `codec`, so the serving binaries build this
+//! crate with `default-features = false` and link neither faiss nor the JSON reader.
+
+#[cfg(target_endian = "big")]
+compile_error!("the index stores little-endian integers and the search reads them natively");
+
+pub mod codec;
+pub mod format;
+pub mod layout;
+#[cfg(feature = "pack")]
+pub mod source;
+#[cfg(feature = "pack")]
+pub mod train;
+
+pub use format::{CodecKind, FormatError};
+
+/// Everything that determines an artifact besides the references.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackOptions {
+    pub codec: CodecKind,
+    /// k-means cells (inverted lists before the split by binary key).
+    pub cells: u32,
+    pub kmeans_iters: u32,
+    pub kmeans_seed: u32,
+    pub max_points_per_centroid: u32,
+    /// Maximum rows per block (a multiple of 8).
+    pub block_rows: u32,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        // Measured on the contest data (README, "Index parameters"): 1024 cells and 32-row blocks
+        // keep both the per-list pass and the rows scanned small.
+        PackOptions { codec: CodecKind::I16, cells: 1024, kmeans_iters: 10, kmeans_seed: 1234, max_points_per_centroid: 256, block_rows: 32 }
+    }
+}
+
+/// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
+#[cfg(feature = "pack")]
+pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(opts.block_rows >= 8 && opts.block_rows % 8 == 0, "block rows must be a positive multiple of 8");
+    anyhow::ensure!(opts.cells >= 1, "at least one cell is needed");
+    let km = train::KMeans {
+        cells: opts.cells,
+        iters: opts.kmeans_iters,
+        seed: opts.kmeans_seed,
+        max_points_per_centroid: opts.max_points_per_centroid,
+    };
+    let (centroids, assignment) = train::train_and_assign(refs, &km)?;
+    let params = layout::LayoutParams {
+        codec: opts.codec,
+        block_rows: opts.block_rows,
+        kmeans_iters: opts.kmeans_iters,
+        kmeans_seed: opts.kmeans_seed,
+    };
+    let index = layout::build(refs, &centroids, &assignment, &params);
+    Ok(format::to_artifact(&index))
+}
+
+/// SHA-256 of a byte string, as hex.
+#[cfg(feature = "pack")]
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format::hex(&sha2::Sha256::digest(bytes))
+}
+
+/// Reads a references file and packs it: the whole `index-pack build` minus the output.
+#[cfg(feature = "pack")]
+pub fn pack_file(references: &std::path::Path, expect: &source::Expect, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+    let refs = source::read_references(references, expect, &|_| {})?;
+    pack(&refs, opts)
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees half
+/// an artifact.
+#[cfg(feature = "pack")]
+pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("idx.tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}

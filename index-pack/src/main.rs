@@ -1,0 +1,127 @@
+//! `index-pack`: build, inspect and verify fraud index artifacts.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use index_pack::source::{read_references, Expect};
+use index_pack::{format, CodecKind, PackOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(version, about = "Builds the exact IVF index of the fraud scorer from the contest references")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read references (JSON, optionally .gz), train, lay out and write an artifact.
+    Build {
+        /// The references file.
+        #[arg(long, default_value = "resources/references.json.gz")]
+        references: PathBuf,
+        /// Where to write the artifact.
+        #[arg(long, short)]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = Codec::I16)]
+        codec: Codec,
+        /// k-means cells.
+        #[arg(long, default_value_t = PackOptions::default().cells)]
+        cells: u32,
+        #[arg(long, default_value_t = PackOptions::default().kmeans_iters)]
+        kmeans_iters: u32,
+        #[arg(long, default_value_t = PackOptions::default().kmeans_seed)]
+        seed: u32,
+        /// Maximum rows per block (a multiple of 8).
+        #[arg(long, default_value_t = PackOptions::default().block_rows)]
+        block_rows: u32,
+        /// Require this SHA-256 of the decompressed JSON instead of the contest's.
+        #[arg(long, conflicts_with = "accept_any_references")]
+        references_sha256: Option<String>,
+        /// Index any references (the digest is still recorded in the artifact).
+        #[arg(long)]
+        accept_any_references: bool,
+    },
+    /// Check an artifact (footer, archive, checksum) and print its header.
+    Inspect { artifact: PathBuf },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Codec {
+    I16,
+    Fp16,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Build { references, output, codec, cells, kmeans_iters, seed, block_rows, references_sha256, accept_any_references } => {
+            let expect = match (references_sha256, accept_any_references) {
+                (Some(s), _) => Expect::Sha256(s),
+                (None, true) => Expect::Any,
+                (None, false) => Expect::Contest,
+            };
+            let opts = PackOptions {
+                codec: match codec {
+                    Codec::I16 => CodecKind::I16,
+                    Codec::Fp16 => CodecKind::F16,
+                },
+                cells,
+                kmeans_iters,
+                kmeans_seed: seed,
+                block_rows,
+                ..PackOptions::default()
+            };
+            build(&references, &output, &expect, &opts)
+        }
+        Command::Inspect { artifact } => inspect(&artifact),
+    }
+}
+
+fn build(references: &std::path::Path, output: &std::path::Path, expect: &Expect, opts: &PackOptions) -> Result<()> {
+    let started = Instant::now();
+    let total = std::fs::metadata(references).with_context(|| format!("cannot read {}", references.display()))?.len();
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template("{msg:12} [{bar:40}] {bytes}/{total_bytes} ({eta})").unwrap().progress_chars("=> "),
+    );
+    bar.set_message("reading");
+    let refs = read_references(references, expect, &|read| bar.set_position(read))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "read {} references ({} fraud) in {:.1} s, source SHA-256 {}",
+        refs.vectors.len(),
+        refs.fraud.iter().filter(|&&f| f).count(),
+        started.elapsed().as_secs_f64(),
+        format::hex(&refs.source_sha256)
+    );
+    let spinner = ProgressBar::new_spinner().with_message(format!("training {} cells with faiss k-means and laying out lists", opts.cells));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let artifact = index_pack::pack(&refs, opts)?;
+    spinner.finish_and_clear();
+    index_pack::write_atomically(output, &artifact)?;
+    eprintln!("wrote {} ({} bytes) in {:.1} s total", output.display(), artifact.len(), started.elapsed().as_secs_f64());
+    println!("{}  {}", index_pack::sha256_hex(&artifact), output.display());
+    Ok(())
+}
+
+fn inspect(path: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let aligned = format::aligned_copy(&bytes);
+    format::verify_deep(&aligned)?;
+    let index = format::open(&aligned)?;
+    let h = &index.header;
+    println!("artifact        {}", path.display());
+    println!("sha256          {}", index_pack::sha256_hex(&bytes));
+    println!("format version  {}", h.format_version);
+    println!("codec           {}", h.codec.native().name());
+    println!("references      {} ({} fraud)", h.n_refs, h.n_fraud);
+    println!("source sha256   {}", format::hex(&h.source_sha256));
+    println!("cells           {} (k-means, {} iterations, seed {})", h.cells, h.kmeans_iters, h.kmeans_seed);
+    println!("lists           {}", index.lists.len());
+    println!("blocks          {} (at most {} rows)", index.blocks.len(), h.block_rows);
+    println!("slots           {}", index.ids.len());
+    println!("packer          {}", h.packer);
+    println!("checksum        ok");
+    Ok(())
+}
