@@ -16,14 +16,20 @@ fn main() {
     if env::var_os("CARGO_FEATURE_EMBEDDED_INDEX").is_none() {
         return;
     }
-    for var in ["FRAUD_REFERENCES", "FRAUD_INDEX_CODEC", "FRAUD_REFERENCES_SHA256", "FRAUD_INDEX_ARTIFACT_IN"] {
+    for var in [
+        "FRAUD_REFERENCES",
+        "FRAUD_INDEX_CODEC",
+        "FRAUD_REFERENCES_SHA256",
+        "FRAUD_INDEX_ARTIFACT_IN",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("fraud-index.idx");
     if let Some(prebuilt) = env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
         let prebuilt = PathBuf::from(prebuilt);
         println!("cargo:rerun-if-changed={}", prebuilt.display());
-        let bytes = std::fs::read(&prebuilt).unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
+        let bytes = std::fs::read(&prebuilt)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
         check(&bytes);
         std::fs::write(&out, &bytes).unwrap();
     } else {
@@ -42,7 +48,10 @@ fn main() {
             Some("fp16") => index_pack::CodecKind::F16,
             Some(other) => panic!("FRAUD_INDEX_CODEC must be i16 or fp16, not {other:?}"),
         };
-        let opts = index_pack::PackOptions { codec, ..Default::default() };
+        let opts = index_pack::PackOptions {
+            codec,
+            ..Default::default()
+        };
         let started = std::time::Instant::now();
         let bytes = index_pack::pack_file(&refs, &expect, &opts)
             .unwrap_or_else(|e| panic!("packing {} failed: {e:#}", refs.display()));

@@ -24,9 +24,11 @@ fn root() -> &'static Path {
 
 fn queries() -> Vec<[i16; DIMS]> {
     let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(root().join("tests/data/test-data.json.gz")).unwrap())
-        .read_to_string(&mut text)
-        .unwrap();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(root().join("tests/data/test-data.json.gz")).unwrap(),
+    )
+    .read_to_string(&mut text)
+    .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["entries"]
         .as_array()
@@ -40,20 +42,52 @@ fn queries() -> Vec<[i16; DIMS]> {
 }
 
 fn main() {
-    let refs = read_references(&root().join("resources/references.json.gz"), &Expect::Contest, &|_| {}).unwrap();
+    let refs = read_references(
+        &root().join("resources/references.json.gz"),
+        &Expect::Contest,
+        &|_| {},
+    )
+    .unwrap();
     let qs = queries();
-    let pack = |codec| format::aligned_copy(&index_pack::pack(&refs, &PackOptions { codec, ..Default::default() }).unwrap());
+    let pack = |codec| {
+        format::aligned_copy(
+            &index_pack::pack(
+                &refs,
+                &PackOptions {
+                    codec,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    };
     let (i16_bytes, f16_bytes) = (pack(CodecKind::I16), pack(CodecKind::F16));
-    let (i16_idx, f16_idx) = (format::open(&i16_bytes).unwrap(), format::open(&f16_bytes).unwrap());
+    let (i16_idx, f16_idx) = (
+        format::open(&i16_bytes).unwrap(),
+        format::open(&f16_bytes).unwrap(),
+    );
 
-    let data: Vec<f32> = refs.vectors.iter().flat_map(|v| v.map(|k| (k as f64 / SCALE) as f32)).collect();
-    let mut faiss_ivf = index_factory(DIMS as u32, "IVF4096,SQfp16", MetricType::L2).unwrap().into_ivf_scalar_quantizer().unwrap();
+    let data: Vec<f32> = refs
+        .vectors
+        .iter()
+        .flat_map(|v| v.map(|k| (k as f64 / SCALE) as f32))
+        .collect();
+    let mut faiss_ivf = index_factory(DIMS as u32, "IVF4096,SQfp16", MetricType::L2)
+        .unwrap()
+        .into_ivf_scalar_quantizer()
+        .unwrap();
     faiss_ivf.train(&data).unwrap();
     faiss_ivf.add(&data).unwrap();
     faiss_ivf.set_nprobe(8);
-    let qf: Vec<Vec<f32>> = qs.iter().map(|q| q.map(|k| (k as f64 / SCALE) as f32).to_vec()).collect();
+    let qf: Vec<Vec<f32>> = qs
+        .iter()
+        .map(|q| q.map(|k| (k as f64 / SCALE) as f32).to_vec())
+        .collect();
 
-    let mut c = Criterion::default().configure_from_args().warm_up_time(Duration::from_secs(2)).measurement_time(Duration::from_secs(8));
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(8));
     let mut g = c.benchmark_group("per_query");
     for (name, idx) in [("ivf_exact_i16", i16_idx), ("ivf_exact_fp16", f16_idx)] {
         let s = Searcher::new(idx, SearchParams::default());
@@ -74,7 +108,11 @@ fn main() {
     });
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     let mut i = 0;
-    let reals: Vec<[f64; DIMS]> = refs.vectors.iter().map(|v| v.map(|k| k as f64 / SCALE)).collect();
+    let reals: Vec<[f64; DIMS]> = refs
+        .vectors
+        .iter()
+        .map(|v| v.map(|k| k as f64 / SCALE))
+        .collect();
     g.bench_function("brute_force_labeller_scan", |b| {
         b.iter(|| {
             i = (i + 1) % qs.len();
@@ -104,9 +142,17 @@ fn summary() {
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         v["median"]["point_estimate"].as_f64()
     };
-    let names = ["ivf_exact_i16", "ivf_exact_fp16", "faiss_ivf4096_sqfp16_nprobe8", "brute_force_labeller_scan"];
+    let names = [
+        "ivf_exact_i16",
+        "ivf_exact_fp16",
+        "faiss_ivf4096_sqfp16_nprobe8",
+        "brute_force_labeller_scan",
+    ];
     let Some(base) = median(names[0]) else { return };
-    println!("\n{:<32} {:>14} {:>12}", "per query (mean over the public set)", "median", "x i16 exact");
+    println!(
+        "\n{:<32} {:>14} {:>12}",
+        "per query (mean over the public set)", "median", "x i16 exact"
+    );
     for n in names {
         if let Some(m) = median(n) {
             println!("{n:<32} {:>11.2} us {:>11.1}x", m / 1000.0, m / base);

@@ -33,11 +33,19 @@ pub struct Response {
 
 impl Response {
     fn json(status: u16, body: Cow<'static, str>) -> Response {
-        Response { status, content_type: JSON, allow: None, body }
+        Response {
+            status,
+            content_type: JSON,
+            allow: None,
+            body,
+        }
     }
 
     fn error(status: u16, message: &str) -> Response {
-        Response::json(status, Cow::Owned(serde_json::json!({ "error": message }).to_string()))
+        Response::json(
+            status,
+            Cow::Owned(serde_json::json!({ "error": message }).to_string()),
+        )
     }
 }
 
@@ -72,8 +80,14 @@ impl<'a> Scorer<'a> {
                 Err(e) => Response::error(400, &e.to_string()),
             },
             ("GET" | "HEAD", "/ready") => Response::json(200, Cow::Borrowed(r#"{"ready":true}"#)),
-            (_, "/fraud-score") => Response { allow: Some("POST"), ..Response::error(405, "method not allowed: use POST") },
-            (_, "/ready") => Response { allow: Some("GET, HEAD"), ..Response::error(405, "method not allowed: use GET") },
+            (_, "/fraud-score") => Response {
+                allow: Some("POST"),
+                ..Response::error(405, "method not allowed: use POST")
+            },
+            (_, "/ready") => Response {
+                allow: Some("GET, HEAD"),
+                ..Response::error(405, "method not allowed: use GET")
+            },
             _ => Response::error(404, "not found"),
         }
     }

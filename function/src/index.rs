@@ -9,7 +9,8 @@
 use index_pack::format::{self, ArchivedIndex, FormatError};
 use std::sync::OnceLock;
 
-static ARTIFACT: &[u8] = include_bytes_aligned::include_bytes_aligned!(32, env!("FRAUD_INDEX_ARTIFACT"));
+static ARTIFACT: &[u8] =
+    include_bytes_aligned::include_bytes_aligned!(32, env!("FRAUD_INDEX_ARTIFACT"));
 
 /// The embedded artifact bytes.
 pub fn artifact() -> &'static [u8] {

@@ -17,6 +17,9 @@
 //!
 //! With feature `embedded-index`, [`index`] carries the index built from the contest references.
 
+// Lane loops read several arrays in lockstep; indexing says that more plainly than zips.
+#![allow(clippy::needless_range_loop)]
+
 pub mod decision;
 pub mod handler;
 #[cfg(feature = "embedded-index")]
@@ -32,5 +35,8 @@ pub use search::{SearchParams, Searcher};
 /// The scorer over the embedded index, opened on first use.
 #[cfg(feature = "embedded-index")]
 pub fn embedded_scorer() -> Result<Scorer<'static>, index_pack::FormatError> {
-    Ok(Scorer::new(Searcher::new(index::open()?, SearchParams::default())))
+    Ok(Scorer::new(Searcher::new(
+        index::open()?,
+        SearchParams::default(),
+    )))
 }

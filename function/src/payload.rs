@@ -91,8 +91,14 @@ pub fn parse(body: &[u8]) -> Result<Payload<'_>, PayloadError> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         // serde_json appends " at line L column C"; keep the position, it helps a client.
-        PayloadError::Json { path, message: inner.to_string() }
+        PayloadError::Json {
+            path,
+            message: inner.to_string(),
+        }
     })?;
-    de.end().map_err(|e| PayloadError::Json { path: ".".into(), message: e.to_string() })?;
+    de.end().map_err(|e| PayloadError::Json {
+        path: ".".into(),
+        message: e.to_string(),
+    })?;
     Ok(payload)
 }

@@ -34,18 +34,15 @@ pub const MCC_RISK: [(&str, f64); 10] = [
 
 /// Risk of an MCC.
 pub fn mcc_risk(mcc: &str) -> f64 {
-    MCC_RISK.iter().find(|(code, _)| *code == mcc).map_or(0.5, |&(_, r)| r)
+    MCC_RISK
+        .iter()
+        .find(|(code, _)| *code == mcc)
+        .map_or(0.5, |&(_, r)| r)
 }
 
 fn clamp01(v: f64) -> f64 {
-    // Same comparisons as the labeller's clamp01; NaN cannot reach here (see `ratio`).
-    if v < 0.0 {
-        0.0
-    } else if v > 1.0 {
-        1.0
-    } else {
-        v
-    }
+    // The labeller's `v < 0 ? 0 : v > 1 ? 1 : v`; NaN cannot reach here (see `ratio`).
+    v.clamp(0.0, 1.0)
 }
 
 fn ratio(num: f64, den: f64) -> f64 {
@@ -64,13 +61,18 @@ fn fixed(v: f64) -> i16 {
 
 /// Builds the query vector of a payload.
 pub fn vectorize(p: &Payload) -> Result<Query, PayloadError> {
-    let requested = Timestamp::parse(&p.transaction.requested_at)
-        .map_err(|reason| PayloadError::Invalid { field: "transaction.requested_at", reason })?;
+    let requested =
+        Timestamp::parse(&p.transaction.requested_at).map_err(|reason| PayloadError::Invalid {
+            field: "transaction.requested_at",
+            reason,
+        })?;
     let last = match &p.last_transaction {
         None => None,
         Some(l) => {
-            let ts = Timestamp::parse(&l.timestamp)
-                .map_err(|reason| PayloadError::Invalid { field: "last_transaction.timestamp", reason })?;
+            let ts = Timestamp::parse(&l.timestamp).map_err(|reason| PayloadError::Invalid {
+                field: "last_transaction.timestamp",
+                reason,
+            })?;
             Some((ts, l.km_from_current))
         }
     };
@@ -96,7 +98,7 @@ pub fn vectorize(p: &Payload) -> Result<Query, PayloadError> {
     v[8] = clamp01(ratio(p.customer.tx_count_24h, 20.0));
     v[9] = if p.terminal.is_online { 1.0 } else { 0.0 };
     v[10] = if p.terminal.card_present { 1.0 } else { 0.0 };
-    let known = p.customer.known_merchants.iter().any(|m| *m == p.merchant.id);
+    let known = p.customer.known_merchants.contains(&p.merchant.id);
     v[11] = if known { 0.0 } else { 1.0 };
     v[12] = mcc_risk(&p.merchant.mcc);
     v[13] = clamp01(ratio(p.merchant.avg_amount, 10_000.0));
@@ -127,7 +129,13 @@ impl Timestamp {
                 Err(bad())
             }
         };
-        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+        if b.len() < 20
+            || b[4] != b'-'
+            || b[7] != b'-'
+            || !matches!(b[10], b'T' | b't' | b' ')
+            || b[13] != b':'
+            || b[16] != b':'
+        {
             return Err(bad());
         }
         let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
@@ -150,7 +158,9 @@ impl Timestamp {
             if i == start {
                 return Err(bad());
             }
-            fraction = format!("0.{}", &s[start..i]).parse::<f64>().map_err(|_| bad())?;
+            fraction = format!("0.{}", &s[start..i])
+                .parse::<f64>()
+                .map_err(|_| bad())?;
         }
         let offset = match b.get(i..) {
             Some([b'Z' | b'z']) => 0,
@@ -229,7 +239,10 @@ mod tests {
         let q = vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
         assert_eq!(
             to_real(q),
-            vec![0.0041, 0.1667, 0.05, 0.7826, 0.3333, -1.0, -1.0, 0.0292, 0.15, 0.0, 1.0, 0.0, 0.15, 0.006]
+            vec![
+                0.0041, 0.1667, 0.05, 0.7826, 0.3333, -1.0, -1.0, 0.0292, 0.15, 0.0, 1.0, 0.0,
+                0.15, 0.006
+            ]
         );
     }
 
@@ -242,19 +255,28 @@ mod tests {
         let q = vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
         assert_eq!(
             to_real(q),
-            vec![0.9506, 0.8333, 1.0, 0.2174, 0.8333, -1.0, -1.0, 0.9523, 1.0, 0.0, 1.0, 1.0, 0.75, 0.0055]
+            vec![
+                0.9506, 0.8333, 1.0, 0.2174, 0.8333, -1.0, -1.0, 0.9523, 1.0, 0.0, 1.0, 1.0, 0.75,
+                0.0055
+            ]
         );
     }
 
     #[test]
     fn fractional_minutes_and_clamping() {
         // 90.5 minutes before: 90.5 / 1440 = 0.062847... -> 0.0628
-        let b = body("41.12", r#"{"timestamp":"2026-03-11T17:15:23Z","km_from_current":1500}"#);
+        let b = body(
+            "41.12",
+            r#"{"timestamp":"2026-03-11T17:15:23Z","km_from_current":1500}"#,
+        );
         let q = vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
         assert_eq!(q[5], 628);
         assert_eq!(q[6], 10_000);
         // A last transaction in the future clamps to 0 minutes.
-        let b = body("41.12", r#"{"timestamp":"2026-03-12T17:15:23Z","km_from_current":-3}"#);
+        let b = body(
+            "41.12",
+            r#"{"timestamp":"2026-03-12T17:15:23Z","km_from_current":-3}"#,
+        );
         let q = vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
         assert_eq!((q[5], q[6]), (0, 0));
     }
@@ -262,9 +284,15 @@ mod tests {
     #[test]
     fn odd_amounts() {
         let zero_avg = body("10", "null").replace("82.24", "0");
-        assert_eq!(vectorize(&parse(zero_avg.as_bytes()).unwrap()).unwrap()[2], 10_000);
+        assert_eq!(
+            vectorize(&parse(zero_avg.as_bytes()).unwrap()).unwrap()[2],
+            10_000
+        );
         let both_zero = body("0", "null").replace("82.24", "0");
-        assert_eq!(vectorize(&parse(both_zero.as_bytes()).unwrap()).unwrap()[2], 0);
+        assert_eq!(
+            vectorize(&parse(both_zero.as_bytes()).unwrap()).unwrap()[2],
+            0
+        );
         let negative = body("-5", "null");
         let q = vectorize(&parse(negative.as_bytes()).unwrap()).unwrap();
         assert_eq!((q[0], q[2]), (0, 0));
@@ -292,11 +320,28 @@ mod tests {
         assert_eq!(t.weekday, 6); // Sunday
         let off = Timestamp::parse("2026-03-11T22:23:35.250+02:00").unwrap();
         assert_eq!((off.hour, off.weekday), (20, 2));
-        assert_eq!(off.seconds - t.seconds, Timestamp::parse("2026-03-11T20:23:35.25Z").unwrap().seconds - t.seconds);
-        for bad in ["", "2026-03-11", "2026-02-30T00:00:00Z", "2026-03-11T24:00:00Z", "2026-03-11T20:23:35", "2026-03-11T20:23:35+2", "x026-03-11T20:23:35Z"] {
+        assert_eq!(
+            off.seconds - t.seconds,
+            Timestamp::parse("2026-03-11T20:23:35.25Z").unwrap().seconds - t.seconds
+        );
+        for bad in [
+            "",
+            "2026-03-11",
+            "2026-02-30T00:00:00Z",
+            "2026-03-11T24:00:00Z",
+            "2026-03-11T20:23:35",
+            "2026-03-11T20:23:35+2",
+            "x026-03-11T20:23:35Z",
+        ] {
             assert!(Timestamp::parse(bad).is_err(), "{bad}");
         }
-        assert_eq!(Timestamp::parse("1970-01-01T00:00:00Z").unwrap().seconds, 0.0);
-        assert_eq!(Timestamp::parse("2000-03-01T00:00:00Z").unwrap().seconds, 951_868_800.0);
+        assert_eq!(
+            Timestamp::parse("1970-01-01T00:00:00Z").unwrap().seconds,
+            0.0
+        );
+        assert_eq!(
+            Timestamp::parse("2000-03-01T00:00:00Z").unwrap().seconds,
+            951_868_800.0
+        );
     }
 }

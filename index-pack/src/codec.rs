@@ -4,7 +4,9 @@
 //! group layout its search kernel reads with aligned loads. `decode_lane` returns the value the
 //! codec actually holds, in fixed point, so tests and tie-breaking see what the kernels see.
 
-use crate::format::{ArchivedCodes, Codes, F16Group, I16Group, CodecKind, GROUP_ROWS, LANES, PAIRS, SCALE};
+use crate::format::{
+    ArchivedCodes, CodecKind, Codes, F16Group, I16Group, GROUP_ROWS, LANES, PAIRS, SCALE,
+};
 use half::f16;
 
 /// The lanes of one row in fixed point (lane 11 is padding and always 0).
@@ -20,7 +22,9 @@ pub fn encode(kind: CodecKind, rows: &[RowLanes]) -> Codes {
 }
 
 fn i16_group(rows: &[RowLanes]) -> I16Group {
-    let mut g = I16Group { pairs: [[0; 16]; PAIRS] };
+    let mut g = I16Group {
+        pairs: [[0; 16]; PAIRS],
+    };
     for (r, row) in rows.iter().enumerate() {
         for p in 0..PAIRS {
             g.pairs[p][2 * r] = row[2 * p];
@@ -31,7 +35,9 @@ fn i16_group(rows: &[RowLanes]) -> I16Group {
 }
 
 fn f16_group(rows: &[RowLanes]) -> F16Group {
-    let mut g = F16Group { lanes: [[0; GROUP_ROWS]; LANES] };
+    let mut g = F16Group {
+        lanes: [[0; GROUP_ROWS]; LANES],
+    };
     for (r, row) in rows.iter().enumerate() {
         for (l, &v) in row.iter().enumerate() {
             g.lanes[l][r] = f16::from_f64(v as f64 / SCALE).to_bits();
@@ -44,7 +50,9 @@ fn f16_group(rows: &[RowLanes]) -> F16Group {
 pub fn decode_lane(codes: &ArchivedCodes, slot: usize, lane: usize) -> f64 {
     let (g, r) = (slot / GROUP_ROWS, slot % GROUP_ROWS);
     match codes {
-        ArchivedCodes::I16(groups) => groups[g].pairs[lane / 2][2 * r + lane % 2].to_native() as f64 / SCALE,
+        ArchivedCodes::I16(groups) => {
+            groups[g].pairs[lane / 2][2 * r + lane % 2].to_native() as f64 / SCALE
+        }
         ArchivedCodes::F16(groups) => f16::from_bits(groups[g].lanes[lane][r].to_native()).to_f64(),
     }
 }

@@ -252,25 +252,37 @@ impl Footer {
         if f[0..8] != MAGIC {
             return Err(FormatError::BadMagic);
         }
-        let word = |r: std::ops::Range<usize>| -> u32 { u32::from_le_bytes(f[r].try_into().unwrap()) };
+        let word =
+            |r: std::ops::Range<usize>| -> u32 { u32::from_le_bytes(f[r].try_into().unwrap()) };
         let format_version = word(8..12);
         if format_version != FORMAT_VERSION {
-            return Err(FormatError::Version { found: format_version, expected: FORMAT_VERSION });
+            return Err(FormatError::Version {
+                found: format_version,
+                expected: FORMAT_VERSION,
+            });
         }
         let crc32 = word(12..16);
         let archive_len = u64::from_le_bytes(f[16..24].try_into().unwrap());
         let actual = artifact.len() - FOOTER_LEN;
         if archive_len != actual as u64 {
-            return Err(FormatError::Length { declared: archive_len, actual });
+            return Err(FormatError::Length {
+                declared: archive_len,
+                actual,
+            });
         }
-        Ok(Footer { format_version, archive_len, crc32 })
+        Ok(Footer {
+            format_version,
+            archive_len,
+            crc32,
+        })
     }
 }
 
 /// Serializes an index into artifact bytes (archive + footer). Deterministic: the same index
 /// gives the same bytes.
 pub fn to_artifact(index: &Index) -> Vec<u8> {
-    let archive = rkyv::to_bytes::<rkyv::rancor::Error>(index).expect("serializing an index cannot fail");
+    let archive =
+        rkyv::to_bytes::<rkyv::rancor::Error>(index).expect("serializing an index cannot fail");
     let footer = Footer {
         format_version: FORMAT_VERSION,
         archive_len: archive.len() as u64,
@@ -302,7 +314,10 @@ pub fn verify_checksum(artifact: &[u8]) -> Result<(), FormatError> {
     let footer = Footer::read(artifact)?;
     let computed = crc32fast::hash(&artifact[..footer.archive_len as usize]);
     if computed != footer.crc32 {
-        return Err(FormatError::Checksum { stored: footer.crc32, computed });
+        return Err(FormatError::Checksum {
+            stored: footer.crc32,
+            computed,
+        });
     }
     Ok(())
 }
@@ -313,7 +328,10 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     let bad = |m: String| Err(FormatError::Inconsistent(m));
     let h = &index.header;
     if h.format_version.to_native() != FORMAT_VERSION {
-        return bad(format!("header version {} differs from the footer's", h.format_version));
+        return bad(format!(
+            "header version {} differs from the footer's",
+            h.format_version
+        ));
     }
     let n_lists = index.lists.len();
     let groups_of_lists = n_lists.div_ceil(GROUP_ROWS);
@@ -323,14 +341,18 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     {
         return bad(format!("per-list tables do not match {n_lists} lists"));
     }
-    if index.list_keys.iter().any(|k| k.to_native() as usize >= KEYS) {
+    if index
+        .list_keys
+        .iter()
+        .any(|k| k.to_native() as usize >= KEYS)
+    {
         return bad("a list key is out of range".into());
     }
     if index.blocks.len() != index.block_bounds.len() {
         return bad("blocks and block bounds differ in length".into());
     }
     let slots = index.ids.len();
-    if slots % GROUP_ROWS != 0 {
+    if !slots.is_multiple_of(GROUP_ROWS) {
         return bad("slot count is not a multiple of the group size".into());
     }
     let groups = match &index.codes {
@@ -345,7 +367,10 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     }
     let mut next_block = 0usize;
     for (i, list) in index.lists.iter().enumerate() {
-        let (first, n) = (list.first_block.to_native() as usize, list.n_blocks.to_native() as usize);
+        let (first, n) = (
+            list.first_block.to_native() as usize,
+            list.n_blocks.to_native() as usize,
+        );
         if first != next_block || n == 0 {
             return bad(format!("list {i} does not continue the block sequence"));
         }
@@ -355,7 +380,10 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
         return bad("lists do not cover all blocks".into());
     }
     for (i, b) in index.blocks.iter().enumerate() {
-        let (first, n) = (b.first_slot.to_native() as usize, b.n_slots.to_native() as usize);
+        let (first, n) = (
+            b.first_slot.to_native() as usize,
+            b.n_slots.to_native() as usize,
+        );
         if first % GROUP_ROWS != 0 || n == 0 || first + n.next_multiple_of(GROUP_ROWS) > slots {
             return bad(format!("block {i} covers slots outside the index"));
         }

@@ -28,7 +28,12 @@ pub struct References {
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum VectorError {
     #[error("dimension {dim} is {value}, outside [{lo}, {hi}]")]
-    OutOfRange { dim: usize, value: f64, lo: f64, hi: f64 },
+    OutOfRange {
+        dim: usize,
+        value: f64,
+        lo: f64,
+        hi: f64,
+    },
     #[error("dimension {dim} is {value}, which has more than 4 decimals")]
     NotOnGrid { dim: usize, value: f64 },
     #[error("dimension {dim} is {value}, but it is binary (0 or 1)")]
@@ -42,7 +47,12 @@ pub fn to_fixed(v: &[f64; DIMS]) -> Result<[i16; DIMS], VectorError> {
     for (dim, &value) in v.iter().enumerate() {
         let lo = if dim == 5 || dim == 6 { -1.0 } else { 0.0 };
         if !(lo..=1.0).contains(&value) {
-            return Err(VectorError::OutOfRange { dim, value, lo, hi: 1.0 });
+            return Err(VectorError::OutOfRange {
+                dim,
+                value,
+                lo,
+                hi: 1.0,
+            });
         }
         let scaled = value * SCALE;
         let k = scaled.round();
@@ -59,7 +69,11 @@ pub fn to_fixed(v: &[f64; DIMS]) -> Result<[i16; DIMS], VectorError> {
 
 /// The key of a vector: bit i set when KEY_DIMS[i] is 1.
 pub fn key_of(v: &[i16; DIMS]) -> u32 {
-    KEY_DIMS.iter().enumerate().map(|(i, &d)| ((v[d] != 0) as u32) << i).sum()
+    KEY_DIMS
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| ((v[d] != 0) as u32) << i)
+        .sum()
 }
 
 /// The stored lanes of a vector.
@@ -81,10 +95,18 @@ pub struct LayoutParams {
 }
 
 /// Builds the index. `assignment[i]` is the cell of reference i, `< centroids.len()`.
-pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], params: &LayoutParams) -> Index {
+pub fn build(
+    refs: &References,
+    centroids: &[[f32; DIMS]],
+    assignment: &[u32],
+    params: &LayoutParams,
+) -> Index {
     assert_eq!(refs.vectors.len(), refs.fraud.len());
     assert_eq!(refs.vectors.len(), assignment.len());
-    assert!(params.block_rows as usize >= GROUP_ROWS && params.block_rows as usize % GROUP_ROWS == 0);
+    assert!(
+        params.block_rows as usize >= GROUP_ROWS
+            && (params.block_rows as usize).is_multiple_of(GROUP_ROWS)
+    );
     let n = refs.vectors.len();
     assert!(n < (1 << 31), "ids hold the original index in 31 bits");
 
@@ -114,7 +136,12 @@ pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], p
         }
         let members = &mut order[start..end];
         let mut pieces = Vec::new();
-        split(members, &refs.vectors, params.block_rows as usize, &mut pieces);
+        split(
+            members,
+            &refs.vectors,
+            params.block_rows as usize,
+            &mut pieces,
+        );
 
         let first_block = blocks.len() as u32;
         let mut list_box = empty_box();
@@ -128,18 +155,25 @@ pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], p
                 ids.push((i << 1) | refs.fraud[i as usize] as u32);
             }
             grow_box(&mut list_box, &b);
-            blocks.push(Block { first_slot: first_slot as u32, n_slots: piece.len() as u32 });
+            blocks.push(Block {
+                first_slot: first_slot as u32,
+                n_slots: piece.len() as u32,
+            });
             block_bounds.push(b);
         }
         // Pad the list to a whole group.
-        while ids.len() % GROUP_ROWS != 0 {
+        while !ids.len().is_multiple_of(GROUP_ROWS) {
             rows.push([0; LANES]);
             ids.push(PAD_ID);
         }
         let last = blocks.last_mut().unwrap();
         last.n_slots = ids.len() as u32 - last.first_slot;
 
-        lists.push(List { cell, first_block, n_blocks: blocks.len() as u32 - first_block });
+        lists.push(List {
+            cell,
+            first_block,
+            n_blocks: blocks.len() as u32 - first_block,
+        });
         list_keys.push(key);
         list_boxes.push(list_box);
         let c = &centroids[cell as usize];
@@ -154,7 +188,10 @@ pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], p
     // Pad the per-list tables to whole groups of 8 lists.
     while list_keys.len() % GROUP_ROWS != 0 {
         list_keys.push(0);
-        list_boxes.push(Bounds { lo: [0; 16], hi: [0; 16] });
+        list_boxes.push(Bounds {
+            lo: [0; 16],
+            hi: [0; 16],
+        });
         list_centroid_lanes.push([0; LANES]);
     }
     let list_centroids = list_centroid_lanes
@@ -164,7 +201,10 @@ pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], p
             crate::format::Codes::F16(_) => unreachable!(),
         })
         .collect::<Vec<I16Group>>();
-    let list_bounds = list_boxes.chunks_exact(GROUP_ROWS).map(bounds_group).collect();
+    let list_bounds = list_boxes
+        .chunks_exact(GROUP_ROWS)
+        .map(bounds_group)
+        .collect();
 
     let n_fraud = refs.fraud.iter().filter(|&&f| f).count() as u32;
     Index {
@@ -194,8 +234,19 @@ pub fn build(refs: &References, centroids: &[[f32; DIMS]], assignment: &[u32], p
 
 /// Splits `members` (reordered in place) into pieces of at most `max` rows, every piece but the
 /// last a multiple of GROUP_ROWS long; pushes piece ranges in order.
-fn split(members: &mut [u32], vectors: &[[i16; DIMS]], max: usize, out: &mut Vec<std::ops::Range<usize>>) {
-    fn go(m: &mut [u32], base: usize, v: &[[i16; DIMS]], max: usize, out: &mut Vec<std::ops::Range<usize>>) {
+fn split(
+    members: &mut [u32],
+    vectors: &[[i16; DIMS]],
+    max: usize,
+    out: &mut Vec<std::ops::Range<usize>>,
+) {
+    fn go(
+        m: &mut [u32],
+        base: usize,
+        v: &[[i16; DIMS]],
+        max: usize,
+        out: &mut Vec<std::ops::Range<usize>>,
+    ) {
         if m.len() <= max {
             out.push(base..base + m.len());
             return;
@@ -222,7 +273,10 @@ fn split(members: &mut [u32], vectors: &[[i16; DIMS]], max: usize, out: &mut Vec
 }
 
 fn empty_box() -> Bounds {
-    let mut b = Bounds { lo: [0; 16], hi: [0; 16] };
+    let mut b = Bounds {
+        lo: [0; 16],
+        hi: [0; 16],
+    };
     b.lo[..LANES].fill(i16::MAX);
     b.hi[..LANES].fill(i16::MIN);
     b.lo[LANES - 1] = 0; // the padding lane is 0 everywhere
@@ -245,7 +299,10 @@ fn grow_box(b: &mut Bounds, other: &Bounds) {
 }
 
 fn bounds_group(boxes: &[Bounds]) -> BoundsGroup {
-    let mut g = BoundsGroup { lo: [[0; 16]; PAIRS], hi: [[0; 16]; PAIRS] };
+    let mut g = BoundsGroup {
+        lo: [[0; 16]; PAIRS],
+        hi: [[0; 16]; PAIRS],
+    };
     for (r, b) in boxes.iter().enumerate() {
         for p in 0..PAIRS {
             for j in 0..2 {

@@ -15,6 +15,9 @@
 //! bytes. The reader side needs only `format` and `codec`, so the serving binaries build this
 //! crate with `default-features = false` and link neither faiss nor the JSON reader.
 
+// Lane loops read several arrays in lockstep; indexing says that more plainly than zips.
+#![allow(clippy::needless_range_loop)]
+
 #[cfg(target_endian = "big")]
 compile_error!("the index stores little-endian integers and the search reads them natively");
 
@@ -45,14 +48,24 @@ impl Default for PackOptions {
     fn default() -> Self {
         // Measured on the contest data (README, "Index parameters"): 1024 cells and 32-row blocks
         // keep both the per-list pass and the rows scanned small.
-        PackOptions { codec: CodecKind::I16, cells: 1024, kmeans_iters: 10, kmeans_seed: 1234, max_points_per_centroid: 256, block_rows: 32 }
+        PackOptions {
+            codec: CodecKind::I16,
+            cells: 1024,
+            kmeans_iters: 10,
+            kmeans_seed: 1234,
+            max_points_per_centroid: 256,
+            block_rows: 32,
+        }
     }
 }
 
 /// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
 #[cfg(feature = "pack")]
 pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
-    anyhow::ensure!(opts.block_rows >= 8 && opts.block_rows % 8 == 0, "block rows must be a positive multiple of 8");
+    anyhow::ensure!(
+        opts.block_rows >= 8 && opts.block_rows.is_multiple_of(8),
+        "block rows must be a positive multiple of 8"
+    );
     anyhow::ensure!(opts.cells >= 1, "at least one cell is needed");
     let km = train::KMeans {
         cells: opts.cells,
@@ -80,7 +93,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Reads a references file and packs it: the whole `index-pack build` minus the output.
 #[cfg(feature = "pack")]
-pub fn pack_file(references: &std::path::Path, expect: &source::Expect, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+pub fn pack_file(
+    references: &std::path::Path,
+    expect: &source::Expect,
+    opts: &PackOptions,
+) -> anyhow::Result<Vec<u8>> {
     let refs = source::read_references(references, expect, &|_| {})?;
     pack(&refs, opts)
 }
@@ -95,6 +112,7 @@ pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<
     }
     let tmp = path.with_extension("idx.tmp");
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }

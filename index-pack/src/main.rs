@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(version, about = "Builds the exact IVF index of the fraud scorer from the contest references")]
+#[command(
+    version,
+    about = "Builds the exact IVF index of the fraud scorer from the contest references"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -56,7 +59,17 @@ enum Codec {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Build { references, output, codec, cells, kmeans_iters, seed, block_rows, references_sha256, accept_any_references } => {
+        Command::Build {
+            references,
+            output,
+            codec,
+            cells,
+            kmeans_iters,
+            seed,
+            block_rows,
+            references_sha256,
+            accept_any_references,
+        } => {
             let expect = match (references_sha256, accept_any_references) {
                 (Some(s), _) => Expect::Sha256(s),
                 (None, true) => Expect::Any,
@@ -79,11 +92,20 @@ fn main() -> Result<()> {
     }
 }
 
-fn build(references: &std::path::Path, output: &std::path::Path, expect: &Expect, opts: &PackOptions) -> Result<()> {
+fn build(
+    references: &std::path::Path,
+    output: &std::path::Path,
+    expect: &Expect,
+    opts: &PackOptions,
+) -> Result<()> {
     let started = Instant::now();
-    let total = std::fs::metadata(references).with_context(|| format!("cannot read {}", references.display()))?.len();
+    let total = std::fs::metadata(references)
+        .with_context(|| format!("cannot read {}", references.display()))?
+        .len();
     let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template("{msg:12} [{bar:40}] {bytes}/{total_bytes} ({eta})").unwrap().progress_chars("=> "),
+        ProgressStyle::with_template("{msg:12} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+            .unwrap()
+            .progress_chars("=> "),
     );
     bar.set_message("reading");
     let refs = read_references(references, expect, &|read| bar.set_position(read))?;
@@ -95,13 +117,25 @@ fn build(references: &std::path::Path, output: &std::path::Path, expect: &Expect
         started.elapsed().as_secs_f64(),
         format::hex(&refs.source_sha256)
     );
-    let spinner = ProgressBar::new_spinner().with_message(format!("training {} cells with faiss k-means and laying out lists", opts.cells));
+    let spinner = ProgressBar::new_spinner().with_message(format!(
+        "training {} cells with faiss k-means and laying out lists",
+        opts.cells
+    ));
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let artifact = index_pack::pack(&refs, opts)?;
     spinner.finish_and_clear();
     index_pack::write_atomically(output, &artifact)?;
-    eprintln!("wrote {} ({} bytes) in {:.1} s total", output.display(), artifact.len(), started.elapsed().as_secs_f64());
-    println!("{}  {}", index_pack::sha256_hex(&artifact), output.display());
+    eprintln!(
+        "wrote {} ({} bytes) in {:.1} s total",
+        output.display(),
+        artifact.len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "{}  {}",
+        index_pack::sha256_hex(&artifact),
+        output.display()
+    );
     Ok(())
 }
 
@@ -117,9 +151,16 @@ fn inspect(path: &std::path::Path) -> Result<()> {
     println!("codec           {}", h.codec.native().name());
     println!("references      {} ({} fraud)", h.n_refs, h.n_fraud);
     println!("source sha256   {}", format::hex(&h.source_sha256));
-    println!("cells           {} (k-means, {} iterations, seed {})", h.cells, h.kmeans_iters, h.kmeans_seed);
+    println!(
+        "cells           {} (k-means, {} iterations, seed {})",
+        h.cells, h.kmeans_iters, h.kmeans_seed
+    );
     println!("lists           {}", index.lists.len());
-    println!("blocks          {} (at most {} rows)", index.blocks.len(), h.block_rows);
+    println!(
+        "blocks          {} (at most {} rows)",
+        index.blocks.len(),
+        h.block_rows
+    );
     println!("slots           {}", index.ids.len());
     println!("packer          {}", h.packer);
     println!("checksum        ok");

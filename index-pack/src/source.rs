@@ -4,8 +4,8 @@
 //! parsed element by element (never held whole in memory) while a SHA-256 runs over the
 //! decompressed bytes, so the digest can be compared with the contest's published value.
 
-use crate::layout::{to_fixed, References};
 use crate::format::{hex, DIMS};
+use crate::layout::{to_fixed, References};
 use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -15,7 +15,8 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 /// SHA-256 of the contest's decompressed `references.json`.
-pub const CONTEST_REFERENCES_SHA256: &str = "24a1fd588e2598ab62de9ac7ac73408e571589e00da4243d7afc9d0f01878f77";
+pub const CONTEST_REFERENCES_SHA256: &str =
+    "24a1fd588e2598ab62de9ac7ac73408e571589e00da4243d7afc9d0f01878f77";
 
 /// What to require of the source digest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,35 +33,70 @@ pub enum Expect {
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("cannot read {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
     #[error("{path}: SHA-256 of the decompressed JSON is {found}, expected {expected}; pass --accept-any-references (or the right --references-sha256) to index other data")]
-    Checksum { path: String, found: String, expected: String },
+    Checksum {
+        path: String,
+        found: String,
+        expected: String,
+    },
     #[error("{path}: the file holds no references")]
     Empty { path: String },
 }
 
 /// Reads and validates a references file (gzip-compressed when it ends in `.gz`).
 /// `progress` is called with the number of compressed bytes consumed so far.
-pub fn read_references(path: &Path, expect: &Expect, progress: &dyn Fn(u64)) -> Result<References, SourceError> {
+pub fn read_references(
+    path: &Path,
+    expect: &Expect,
+    progress: &dyn Fn(u64),
+) -> Result<References, SourceError> {
     let name = path.display().to_string();
-    let file = File::open(path).map_err(|source| SourceError::Io { path: name.clone(), source })?;
-    let counted = Counting { inner: file, read: 0, progress };
+    let file = File::open(path).map_err(|source| SourceError::Io {
+        path: name.clone(),
+        source,
+    })?;
+    let counted = Counting {
+        inner: file,
+        read: 0,
+        progress,
+    };
     let raw: Box<dyn Read + '_> = if name.ends_with(".gz") {
-        Box::new(flate2::read::GzDecoder::new(BufReader::with_capacity(1 << 20, counted)))
+        Box::new(flate2::read::GzDecoder::new(BufReader::with_capacity(
+            1 << 20,
+            counted,
+        )))
     } else {
         Box::new(counted)
     };
-    let mut hashed = Hashing { inner: raw, hasher: Sha256::new() };
+    let mut hashed = Hashing {
+        inner: raw,
+        hasher: Sha256::new(),
+    };
     let mut refs = References::default();
     {
-        let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, &mut hashed));
-        de.deserialize_seq_into(&mut refs).map_err(|e| SourceError::Parse { path: name.clone(), message: e.to_string() })?;
-        de.end().map_err(|e| SourceError::Parse { path: name.clone(), message: e.to_string() })?;
+        let mut de =
+            serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, &mut hashed));
+        de.deserialize_seq_into(&mut refs)
+            .map_err(|e| SourceError::Parse {
+                path: name.clone(),
+                message: e.to_string(),
+            })?;
+        de.end().map_err(|e| SourceError::Parse {
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
     }
     // Hash whatever follows the array (trailing whitespace) too: the digest covers the file.
-    std::io::copy(&mut hashed, &mut std::io::sink()).map_err(|source| SourceError::Io { path: name.clone(), source })?;
+    std::io::copy(&mut hashed, &mut std::io::sink()).map_err(|source| SourceError::Io {
+        path: name.clone(),
+        source,
+    })?;
     refs.source_sha256 = hashed.hasher.finalize().into();
     if refs.vectors.is_empty() {
         return Err(SourceError::Empty { path: name });
@@ -73,7 +109,11 @@ pub fn read_references(path: &Path, expect: &Expect, progress: &dyn Fn(u64)) -> 
     };
     if let Some(expected) = expected {
         if found != expected {
-            return Err(SourceError::Checksum { path: name, found, expected });
+            return Err(SourceError::Checksum {
+                path: name,
+                found,
+                expected,
+            });
         }
     }
     Ok(refs)
@@ -121,7 +161,8 @@ impl<'de> Visitor<'de> for RefsVisitor<'_> {
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(A::Error::custom(format!("record {n}: {e}"))),
             };
-            let fixed = to_fixed(&record.vector).map_err(|e| A::Error::custom(format!("record {n}: {e}")))?;
+            let fixed = to_fixed(&record.vector)
+                .map_err(|e| A::Error::custom(format!("record {n}: {e}")))?;
             refs.vectors.push(fixed);
             refs.fraud.push(matches!(record.label, Label::Fraud));
         }

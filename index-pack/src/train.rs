@@ -20,10 +20,17 @@ pub struct KMeans {
 }
 
 /// Trains `cells` centroids and assigns every reference to its nearest one.
-pub fn train_and_assign(refs: &References, km: &KMeans) -> anyhow::Result<(Vec<[f32; DIMS]>, Vec<u32>)> {
+pub fn train_and_assign(
+    refs: &References,
+    km: &KMeans,
+) -> anyhow::Result<(Vec<[f32; DIMS]>, Vec<u32>)> {
     let n = refs.vectors.len();
     let cells = km.cells.min(n as u32).max(1);
-    let data: Vec<f32> = refs.vectors.iter().flat_map(|v| v.iter().map(|&x| (x as f64 / SCALE) as f32)).collect();
+    let data: Vec<f32> = refs
+        .vectors
+        .iter()
+        .flat_map(|v| v.iter().map(|&x| (x as f64 / SCALE) as f32))
+        .collect();
 
     let mut params = ClusteringParameters::new();
     params.set_niter(km.iters);
@@ -34,8 +41,11 @@ pub fn train_and_assign(refs: &References, km: &KMeans) -> anyhow::Result<(Vec<[
     let mut clustering = Clustering::new_with_params(DIMS as u32, cells, &params)?;
     let mut quantizer = FlatIndex::new_l2(DIMS as u32)?;
     clustering.train(&data, &mut quantizer)?;
-    let centroids: Vec<[f32; DIMS]> =
-        clustering.centroids()?.into_iter().map(|c| c.try_into().expect("centroid has DIMS components")).collect();
+    let centroids: Vec<[f32; DIMS]> = clustering
+        .centroids()?
+        .into_iter()
+        .map(|c| c.try_into().expect("centroid has DIMS components"))
+        .collect();
 
     let mut index = FlatIndex::new_l2(DIMS as u32)?;
     index.add(&centroids.concat())?;
@@ -44,7 +54,9 @@ pub fn train_and_assign(refs: &References, km: &KMeans) -> anyhow::Result<(Vec<[
     for chunk in data.chunks(DIMS * 65_536) {
         let labels = index.assign(chunk, 1)?.labels;
         for l in labels {
-            let cell = l.get().ok_or_else(|| anyhow::anyhow!("faiss left a vector unassigned"))?;
+            let cell = l
+                .get()
+                .ok_or_else(|| anyhow::anyhow!("faiss left a vector unassigned"))?;
             assignment.push(cell as u32);
         }
     }

@@ -24,8 +24,14 @@ use std::time::Instant;
 /// The path is the event's raw path (`rawPath` for v2 and Function URLs, `path` for v1 and ALB),
 /// which carries no REST API stage prefix.
 fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
-    let answer = scorer.handle(req.method().as_str(), req.raw_http_path(), req.body().as_ref());
-    let mut builder = Response::builder().status(answer.status).header(CONTENT_TYPE, answer.content_type);
+    let answer = scorer.handle(
+        req.method().as_str(),
+        req.raw_http_path(),
+        req.body().as_ref(),
+    );
+    let mut builder = Response::builder()
+        .status(answer.status)
+        .header(CONTENT_TYPE, answer.content_type);
     if let Some(allow) = answer.allow {
         builder = builder.header(ALLOW, allow);
     }
@@ -57,10 +63,12 @@ fn main() -> Result<(), Error> {
         function::index::artifact().len()
     );
     // One invocation at a time per execution environment: a single-threaded runtime suffices.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(lambda_http::run(service_fn(move |req: Request| async move {
-        Ok::<_, Infallible>(respond(&scorer, &req))
-    })))
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(lambda_http::run(service_fn(
+        move |req: Request| async move { Ok::<_, Infallible>(respond(&scorer, &req)) },
+    )))
 }
 
 #[cfg(test)]
@@ -88,14 +96,26 @@ mod tests {
     fn every_event_source_reaches_the_handler() {
         for source in ["apigw-v2", "apigw-v1", "function-url", "alb"] {
             let (status, body) = answer(&format!("{source}/legit.json"));
-            assert_eq!((status, body["approved"].as_bool()), (200, Some(true)), "{source}");
+            assert_eq!(
+                (status, body["approved"].as_bool()),
+                (200, Some(true)),
+                "{source}"
+            );
             let (status, body) = answer(&format!("{source}/fraud.json"));
-            assert_eq!((status, body["approved"].as_bool()), (200, Some(false)), "{source}");
+            assert_eq!(
+                (status, body["approved"].as_bool()),
+                (200, Some(false)),
+                "{source}"
+            );
             let (status, body) = answer(&format!("{source}/malformed.json"));
             assert_eq!(status, 400, "{source}");
             assert!(body["error"].is_string(), "{source}: {body}");
             let (status, body) = answer(&format!("{source}/ready.json"));
-            assert_eq!((status, body["ready"].as_bool()), (200, Some(true)), "{source}");
+            assert_eq!(
+                (status, body["ready"].as_bool()),
+                (200, Some(true)),
+                "{source}"
+            );
         }
     }
 

@@ -26,7 +26,11 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn new(lanes: [i16; LANES]) -> Prepared {
-        let mut p = Prepared { lanes: [0; 16], pairs: [[0; 16]; PAIRS], real: [0.0; 16] };
+        let mut p = Prepared {
+            lanes: [0; 16],
+            pairs: [[0; 16]; PAIRS],
+            real: [0.0; 16],
+        };
         p.lanes[..LANES].copy_from_slice(&lanes);
         for (pi, pair) in p.pairs.iter_mut().enumerate() {
             for r in 0..GROUP_ROWS {
@@ -105,7 +109,9 @@ impl Kernels for Scalar {
             for (r, o) in out.iter_mut().enumerate() {
                 for j in 0..2 {
                     let x = q.pairs[p][2 * r + j] as i32;
-                    let e = (g.lo[p][2 * r + j] as i32 - x).max(x - g.hi[p][2 * r + j] as i32).max(0);
+                    let e = (g.lo[p][2 * r + j] as i32 - x)
+                        .max(x - g.hi[p][2 * r + j] as i32)
+                        .max(0);
                     *o += e * e;
                 }
             }
@@ -130,7 +136,9 @@ mod avx2 {
     impl Avx2 {
         /// The AVX2 kernels, if this CPU has AVX2, FMA and F16C.
         pub fn new() -> Option<Avx2> {
-            let ok = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let ok = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             ok.then_some(Avx2(()))
         }
     }
@@ -190,7 +198,10 @@ mod avx2 {
         // Truncation toward zero, like the scalar `as i32`.
         let fixed = _mm256_cvttps_epi32(_mm256_mul_ps(acc, _mm256_set1_ps(F16_TO_FIXED)));
         let mut out = [0i32; GROUP_ROWS];
-        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_add_epi32(fixed, _mm256_set1_epi32(base)));
+        _mm256_storeu_si256(
+            out.as_mut_ptr().cast(),
+            _mm256_add_epi32(fixed, _mm256_set1_epi32(base)),
+        );
         out
     }
 
@@ -200,7 +211,10 @@ mod avx2 {
         let lo = _mm256_load_si256(b.lo.as_ptr().cast());
         let hi = _mm256_load_si256(b.hi.as_ptr().cast());
         let x = _mm256_load_si256(q.lanes.as_ptr().cast());
-        let e = _mm256_max_epi16(_mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)), _mm256_setzero_si256());
+        let e = _mm256_max_epi16(
+            _mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)),
+            _mm256_setzero_si256(),
+        );
         let s = _mm256_madd_epi16(e, e);
         hsum(s)
     }
@@ -213,7 +227,10 @@ mod avx2 {
             let lo = _mm256_load_si256(g.lo[p].as_ptr().cast());
             let hi = _mm256_load_si256(g.hi[p].as_ptr().cast());
             let x = _mm256_load_si256(q.pairs[p].as_ptr().cast());
-            let e = _mm256_max_epi16(_mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)), _mm256_setzero_si256());
+            let e = _mm256_max_epi16(
+                _mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)),
+                _mm256_setzero_si256(),
+            );
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(e, e));
         }
         let mut out = [0i32; GROUP_ROWS];

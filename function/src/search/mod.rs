@@ -20,14 +20,14 @@
 
 mod kernels;
 
-pub use kernels::{Kernels, Prepared, Scalar};
 #[cfg(target_arch = "x86_64")]
 pub use kernels::Avx2;
+pub use kernels::{Kernels, Prepared, Scalar};
 
 use index_pack::codec;
 use index_pack::format::{
-    ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, F16Group, I16Group, DIMS, GROUP_ROWS, KEYS, KEY_DIMS, LANES,
-    PAD_ID, ROW_DIMS, SCALE,
+    ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, F16Group, I16Group, DIMS, GROUP_ROWS, KEYS,
+    KEY_DIMS, LANES, PAD_ID, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
 
@@ -85,14 +85,26 @@ impl<'a> Searcher<'a> {
     pub fn new(index: &'a ArchivedIndex, params: SearchParams) -> Searcher<'a> {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = Avx2::new() {
-            return Searcher { index, params, simd: Simd::Avx2(k) };
+            return Searcher {
+                index,
+                params,
+                simd: Simd::Avx2(k),
+            };
         }
-        Searcher { index, params, simd: Simd::Scalar }
+        Searcher {
+            index,
+            params,
+            simd: Simd::Scalar,
+        }
     }
 
     /// A searcher using the portable kernels (for tests and comparisons).
     pub fn scalar(index: &'a ArchivedIndex, params: SearchParams) -> Searcher<'a> {
-        Searcher { index, params, simd: Simd::Scalar }
+        Searcher {
+            index,
+            params,
+            simd: Simd::Scalar,
+        }
     }
 
     /// Which kernels are in use.
@@ -119,7 +131,11 @@ impl<'a> Searcher<'a> {
             let mut s = s.borrow_mut();
             self.run(q, &mut s);
             s.finish(self.index, q);
-            s.cands.iter().take(K).filter(|c| self.index.ids[c.slot as usize].to_native() & 1 == 1).count()
+            s.cands
+                .iter()
+                .take(K)
+                .filter(|c| self.index.ids[c.slot as usize].to_native() & 1 == 1)
+                .count()
         })
     }
 
@@ -135,7 +151,11 @@ impl<'a> Searcher<'a> {
                 .take(K)
                 .map(|c| {
                     let id = self.index.ids[c.slot as usize].to_native();
-                    Neighbour { index: id >> 1, fraud: id & 1 == 1, distance: c.dist as i64 }
+                    Neighbour {
+                        index: id >> 1,
+                        fraud: id & 1 == 1,
+                        distance: c.dist as i64,
+                    }
                 })
                 .collect();
             (out, s.stats)
@@ -155,7 +175,13 @@ impl<'a> Searcher<'a> {
 /// The search compiled with AVX2 enabled, so the kernels inline into its loops.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn search_avx2(k: Avx2, index: &ArchivedIndex, params: SearchParams, q: &[i16; DIMS], s: &mut Scratch) {
+unsafe fn search_avx2(
+    k: Avx2,
+    index: &ArchivedIndex,
+    params: SearchParams,
+    q: &[i16; DIMS],
+    s: &mut Scratch,
+) {
     search::<Avx2>(k, index, params, q, s)
 }
 
@@ -189,7 +215,8 @@ impl Scratch {
         self.list_dist.clear();
         self.list_dist.resize(lists.next_multiple_of(GROUP_ROWS), 0);
         self.list_bound.clear();
-        self.list_bound.resize(lists.next_multiple_of(GROUP_ROWS), 0);
+        self.list_bound
+            .resize(lists.next_multiple_of(GROUP_ROWS), 0);
         self.visited.clear();
         self.visited.resize(lists, false);
         self.pending.clear();
@@ -232,8 +259,16 @@ impl Scratch {
             let d = self.cands[K - 1].dist;
             let start = self.cands.iter().position(|c| c.dist == d).unwrap();
             let tied = &mut self.cands[start..];
-            let mut keyed: Vec<(f64, u32, Cand)> =
-                tied.iter().map(|c| (labeller_distance(q, &stored_vector(index, c.slot)), orig(c), *c)).collect();
+            let mut keyed: Vec<(f64, u32, Cand)> = tied
+                .iter()
+                .map(|c| {
+                    (
+                        labeller_distance(q, &stored_vector(index, c.slot)),
+                        orig(c),
+                        *c,
+                    )
+                })
+                .collect();
             keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             for (dst, (_, _, c)) in tied.iter_mut().zip(keyed) {
                 *dst = c;
@@ -270,8 +305,14 @@ pub fn stored_vector(index: &ArchivedIndex, slot: u32) -> [f64; DIMS] {
 
 fn list_of_slot(index: &ArchivedIndex, slot: usize) -> usize {
     // Blocks are in slot order; find the block, then the list that owns it.
-    let b = index.blocks.partition_point(|b| b.first_slot.to_native() as usize <= slot) - 1;
-    index.lists.partition_point(|l| l.first_block.to_native() as usize <= b) - 1
+    let b = index
+        .blocks
+        .partition_point(|b| b.first_slot.to_native() as usize <= slot)
+        - 1;
+    index
+        .lists
+        .partition_point(|l| l.first_block.to_native() as usize <= b)
+        - 1
 }
 
 // The archived row types have the same layout as the native ones on a little-endian target
@@ -295,7 +336,11 @@ macro_rules! native_view {
 native_view!(i16_group, index_pack::format::ArchivedI16Group, I16Group);
 native_view!(f16_group, index_pack::format::ArchivedF16Group, F16Group);
 native_view!(bounds, index_pack::format::ArchivedBounds, Bounds);
-native_view!(bounds_group, index_pack::format::ArchivedBoundsGroup, BoundsGroup);
+native_view!(
+    bounds_group,
+    index_pack::format::ArchivedBoundsGroup,
+    BoundsGroup
+);
 
 /// Per-key constant: squared distance over the key dims between the query and key `k`.
 fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
@@ -311,7 +356,13 @@ fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
 }
 
 #[inline(always)]
-fn search<S: Kernels>(k: S, index: &ArchivedIndex, params: SearchParams, q: &[i16; DIMS], s: &mut Scratch) {
+fn search<S: Kernels>(
+    k: S,
+    index: &ArchivedIndex,
+    params: SearchParams,
+    q: &[i16; DIMS],
+    s: &mut Scratch,
+) {
     let n_lists = index.lists.len();
     s.reset(n_lists);
     let mut lanes = [0i16; LANES];
@@ -335,7 +386,11 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, params: SearchParams, q: &[i1
     // Probe the nearest centroids first: they give a small threshold early.
     let probe = params.probe.min(n_lists);
     let mut nearest: Vec<(i32, u32)> = Vec::with_capacity(probe + 1);
-    for (i, &d) in s.list_dist[..n_lists].iter().enumerate().take(if probe == 0 { 0 } else { n_lists }) {
+    for (i, &d) in s.list_dist[..n_lists]
+        .iter()
+        .enumerate()
+        .take(if probe == 0 { 0 } else { n_lists })
+    {
         if nearest.len() < probe || d < nearest[probe - 1].0 {
             let pos = nearest.partition_point(|&(x, _)| x <= d);
             nearest.insert(pos, (d, i as u32));
@@ -364,7 +419,14 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, params: SearchParams, q: &[i1
 }
 
 #[inline(always)]
-fn visit_list<S: Kernels>(k: S, index: &ArchivedIndex, l: usize, prep: &Prepared, keyc: &[i32; KEYS], s: &mut Scratch) {
+fn visit_list<S: Kernels>(
+    k: S,
+    index: &ArchivedIndex,
+    l: usize,
+    prep: &Prepared,
+    keyc: &[i32; KEYS],
+    s: &mut Scratch,
+) {
     s.visited[l] = true;
     if s.list_bound[l] > s.threshold() {
         return;

@@ -24,19 +24,37 @@ pub(crate) fn labeller_top5(refs: &References, q: &[i16; DIMS]) -> Vec<u32> {
 
 /// Builds an index with centroids taken from the data (every `step`-th vector) and exact
 /// nearest-centroid assignment: no faiss needed, and lists of very different sizes.
-pub(crate) fn small_index(refs: &References, cells: usize, codec: CodecKind, block_rows: u32) -> AlignedVec<32> {
+pub(crate) fn small_index(
+    refs: &References,
+    cells: usize,
+    codec: CodecKind,
+    block_rows: u32,
+) -> AlignedVec<32> {
     let step = (refs.vectors.len() / cells.max(1)).max(1);
-    let centroids: Vec<[f32; DIMS]> =
-        refs.vectors.iter().step_by(step).map(|v| v.map(|k| (k as f64 / SCALE) as f32)).collect();
+    let centroids: Vec<[f32; DIMS]> = refs
+        .vectors
+        .iter()
+        .step_by(step)
+        .map(|v| v.map(|k| (k as f64 / SCALE) as f32))
+        .collect();
     let assignment: Vec<u32> = refs
         .vectors
         .iter()
         .map(|v| {
-            let d = |c: &[f32; DIMS]| -> f32 { (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum() };
-            (0..centroids.len()).min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b]))).unwrap() as u32
+            let d = |c: &[f32; DIMS]| -> f32 {
+                (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
+            };
+            (0..centroids.len())
+                .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
+                .unwrap() as u32
         })
         .collect();
-    let params = LayoutParams { codec, block_rows, kmeans_iters: 0, kmeans_seed: 0 };
+    let params = LayoutParams {
+        codec,
+        block_rows,
+        kmeans_iters: 0,
+        kmeans_seed: 0,
+    };
     let index = layout::build(refs, &centroids, &assignment, &params);
     format::aligned_copy(&format::to_artifact(&index))
 }
@@ -47,7 +65,7 @@ pub(crate) fn random_refs(n: usize, seed: u64, coarse: bool) -> References {
     let mut refs = References::default();
     for _ in 0..n {
         refs.vectors.push(random_vector(&mut rng, coarse));
-        refs.fraud.push(rng.next() % 3 == 0);
+        refs.fraud.push(rng.next().is_multiple_of(3));
     }
     refs
 }
@@ -55,14 +73,17 @@ pub(crate) fn random_refs(n: usize, seed: u64, coarse: bool) -> References {
 pub(crate) struct Lcg(pub u64);
 impl Lcg {
     pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
 
 pub(crate) fn random_vector(rng: &mut Lcg, coarse: bool) -> [i16; DIMS] {
     let mut v = [0i16; DIMS];
-    let sentinel = rng.next() % 5 == 0;
+    let sentinel = rng.next().is_multiple_of(5);
     for (d, x) in v.iter_mut().enumerate() {
         *x = if KEY_DIMS.contains(&d) {
             (rng.next() % 2) as i16 * 10_000
@@ -113,16 +134,12 @@ fn exact_on_adversarial_queries() {
     let refs = random_refs(2_000, 7, true);
     let bytes = small_index(&refs, 20, CodecKind::I16, 8);
     let idx = format::open(&bytes).unwrap();
-    let mut queries: Vec<[i16; DIMS]> = vec![
-        [0; DIMS],
-        [10_000; DIMS],
-        {
-            let mut q = [10_000; DIMS];
-            q[5] = -10_000;
-            q[6] = -10_000;
-            q
-        },
-    ];
+    let mut queries: Vec<[i16; DIMS]> = vec![[0; DIMS], [10_000; DIMS], {
+        let mut q = [10_000; DIMS];
+        q[5] = -10_000;
+        q[6] = -10_000;
+        q
+    }];
     // Every reference itself (distance 0, and ties with its duplicates), and midpoints of pairs
     // (equal distance to both).
     queries.extend(refs.vectors.iter().take(200).copied());
@@ -172,7 +189,10 @@ fn fp16_codec_is_close_but_not_guaranteed_exact() {
     let refs = random_refs(3_000, 21, false);
     let bytes = small_index(&refs, 30, CodecKind::F16, 32);
     let idx = format::open(&bytes).unwrap();
-    let (fast, slow) = (Searcher::new(idx, SearchParams::default()), Searcher::scalar(idx, SearchParams::default()));
+    let (fast, slow) = (
+        Searcher::new(idx, SearchParams::default()),
+        Searcher::scalar(idx, SearchParams::default()),
+    );
     let mut rng = Lcg(99);
     let mut agree = 0;
     for _ in 0..300 {
@@ -188,7 +208,11 @@ fn fp16_codec_is_close_but_not_guaranteed_exact() {
 #[test]
 fn faiss_trained_index_is_exact() {
     let refs = random_refs(4_000, 31, false);
-    let opts = index_pack::PackOptions { cells: 16, kmeans_iters: 5, ..Default::default() };
+    let opts = index_pack::PackOptions {
+        cells: 16,
+        kmeans_iters: 5,
+        ..Default::default()
+    };
     let bytes = format::aligned_copy(&index_pack::pack(&refs, &opts).unwrap());
     let idx = format::open(&bytes).unwrap();
     let s = Searcher::new(idx, SearchParams::default());
@@ -246,23 +270,42 @@ mod kernels_agree {
             let extreme = case % 4 == 0;
             let q = Prepared::new(lanes(&mut rng, extreme));
             let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, extreme)).collect();
-            let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else { unreachable!() };
-            let Codes::F16(h) = index_pack::codec::encode(CodecKind::F16, &rows) else { unreachable!() };
+            let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
+                unreachable!()
+            };
+            let Codes::F16(h) = index_pack::codec::encode(CodecKind::F16, &rows) else {
+                unreachable!()
+            };
             let base = (rng.next() % 300_000_000) as i32;
-            assert_eq!(avx.i16_group(&g[0], &q, base), Scalar.i16_group(&g[0], &q, base));
-            let (a, b) = (avx.f16_group(&h[0], &q, base), Scalar.f16_group(&h[0], &q, base));
+            assert_eq!(
+                avx.i16_group(&g[0], &q, base),
+                Scalar.i16_group(&g[0], &q, base)
+            );
+            let (a, b) = (
+                avx.f16_group(&h[0], &q, base),
+                Scalar.f16_group(&h[0], &q, base),
+            );
             for r in 0..8 {
                 // FMA order is the same; allow one unit of the final conversion.
                 assert!((a[r] - b[r]).abs() <= 1, "{a:?} vs {b:?}");
             }
             // Boxes from two random rows, so lo <= hi lane by lane.
-            let mut bx = Bounds { lo: [0; 16], hi: [0; 16] };
+            let mut bx = Bounds {
+                lo: [0; 16],
+                hi: [0; 16],
+            };
             for l in 0..LANES {
                 bx.lo[l] = rows[0][l].min(rows[1][l]);
                 bx.hi[l] = rows[0][l].max(rows[1][l]);
             }
-            assert_eq!(avx.box_lower_bound(&bx, &q), Scalar.box_lower_bound(&bx, &q));
-            let mut bg = BoundsGroup { lo: [[0; 16]; PAIRS], hi: [[0; 16]; PAIRS] };
+            assert_eq!(
+                avx.box_lower_bound(&bx, &q),
+                Scalar.box_lower_bound(&bx, &q)
+            );
+            let mut bg = BoundsGroup {
+                lo: [[0; 16]; PAIRS],
+                hi: [[0; 16]; PAIRS],
+            };
             for p in 0..PAIRS {
                 for r in 0..8 {
                     for j in 0..2 {
@@ -272,7 +315,10 @@ mod kernels_agree {
                     }
                 }
             }
-            assert_eq!(avx.boxes_lower_bound(&bg, &q), Scalar.boxes_lower_bound(&bg, &q));
+            assert_eq!(
+                avx.boxes_lower_bound(&bg, &q),
+                Scalar.boxes_lower_bound(&bg, &q)
+            );
         }
     }
 
@@ -283,10 +329,14 @@ mod kernels_agree {
             let ql = lanes(&mut rng, false);
             let q = Prepared::new(ql);
             let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, false)).collect();
-            let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else { unreachable!() };
+            let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
+                unreachable!()
+            };
             let d = Scalar.i16_group(&g[0], &q, 7);
             for r in 0..8 {
-                let want: i32 = (0..LANES).map(|l| (rows[r][l] as i32 - ql[l] as i32).pow(2)).sum();
+                let want: i32 = (0..LANES)
+                    .map(|l| (rows[r][l] as i32 - ql[l] as i32).pow(2))
+                    .sum();
                 assert_eq!(d[r], want + 7);
             }
             let _: &I16Group = &g[0];

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: unit and property tests, the public test set through the embedded index,
+# the Lambda binary under AWS's emulator, and a smoke run of the contest stack in docker compose.
+# Installs what it needs (idempotently). Usage: scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+
+echo "== cargo test (release: shares the build with the binaries) =="
+cargo test --release --workspace
+
+echo "== verify: the 54,100 public payloads through the handler =="
+cargo build --release -p local-runner
+line=$(target/release/local-runner verify tests/data/test-data.json.gz | tail -n 1)
+echo "$line"
+python3 - "$line" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+bad = {k: r[k] for k in ("fp", "fn", "errors", "score_mismatches") if r[k] != 0}
+if r["total"] != 54100 or bad:
+    sys.exit(f"verify failed: {bad or r}")
+print(f"verify: 1 passed, 0 failed ({r['total']} payloads exact, detection score {r['detection_score']:.2f})")
+PY
+
+for extra in scripts/ci-lambda.sh scripts/ci-stack-smoke.sh; do
+    if [ -x "$extra" ]; then
+        echo "== $extra =="
+        "$extra"
+    fi
+done
+echo "== all tests passed =="
