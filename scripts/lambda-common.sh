@@ -1,0 +1,82 @@
+# Shared by scripts/ci-lambda.sh and scripts/lambda-*.sh (source it, do not run it).
+#
+# - lambda_tools: a Python venv with AWS SAM CLI (which ships AWS's Runtime Interface Emulator)
+#   and cargo-lambda, installed only when missing; sets SAM, RIE, CARGO_LAMBDA_BIN.
+# - lambda_build: the release `bootstrap` (static, so it runs on provided.al2023 whatever the
+#   build host's glibc), stripped and zipped as Lambda wants it; sets BOOTSTRAP, PACKAGE_DIR, ZIP.
+#
+# Settings (environment):
+#   LAMBDA_VENV      venv for the PyPI tools (default ~/.cache/lambda-venv)
+#   LAMBDA_MEMORY_MB memory the emulator reports to the function (default 512, as template.yaml)
+
+LAMBDA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LAMBDA_VENV=${LAMBDA_VENV:-$HOME/.cache/lambda-venv}
+LAMBDA_MEMORY_MB=${LAMBDA_MEMORY_MB:-512}
+LAMBDA_TARGET=x86_64-unknown-linux-gnu
+LAMBDA_OUT=$LAMBDA_ROOT/target/lambda-package
+# SAM CLI would otherwise send usage telemetry: nothing here talks to AWS.
+export SAM_CLI_TELEMETRY=0
+
+lambda_log() { printf '[lambda %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+# Installs (once) and locates the tools. $1 = "sam" (SAM CLI only) or "all" (also cargo-lambda).
+lambda_tools() {
+  local want=${1:-sam}
+  if ! "$LAMBDA_VENV/bin/python" -c 'import samcli' 2>/dev/null; then
+    lambda_log "installing aws-sam-cli into $LAMBDA_VENV"
+    python3 -m venv "$LAMBDA_VENV"
+    "$LAMBDA_VENV/bin/pip" install -q --disable-pip-version-check aws-sam-cli
+  fi
+  if [ "$want" = all ] && [ ! -x "$LAMBDA_VENV/bin/cargo-lambda" ]; then
+    lambda_log "installing cargo-lambda into $LAMBDA_VENV"
+    "$LAMBDA_VENV/bin/pip" install -q --disable-pip-version-check cargo-lambda
+  fi
+  SAM=$LAMBDA_VENV/bin/sam
+  RIE=$("$LAMBDA_VENV/bin/python" -c \
+    'import os, samcli; print(os.path.join(os.path.dirname(samcli.__file__), "local", "rapid", "aws-lambda-rie-x86_64"))')
+  [ -x "$RIE" ] || chmod +x "$RIE"
+  CARGO_LAMBDA_BIN=$LAMBDA_VENV/bin/cargo-lambda
+  export SAM RIE CARGO_LAMBDA_BIN
+}
+
+# Builds target/$LAMBDA_TARGET/release/bootstrap and the deployment package in $LAMBDA_OUT.
+lambda_build() {
+  cd "$LAMBDA_ROOT"
+  local flags=(build --release --target "$LAMBDA_TARGET" -p function --features lambda --bin bootstrap)
+  # Static glibc: provided.al2023 has glibc 2.34, older than many build hosts; a static binary
+  # does not care (and needs nothing from the image). Only the target crates get these flags.
+  export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static"
+  # Reuse an index artifact that the workspace build already packed (build.rs checks it in
+  # full), instead of packing 3M references once more; fall back to packing if that fails.
+  # The copy keeps a fixed path and the source's mtime, so cargo reruns build.rs only when the
+  # artifact's content changes.
+  local artifact="" reuse=$LAMBDA_ROOT/target/lambda-index.idx
+  if [ -z "${FRAUD_INDEX_ARTIFACT_IN:-}" ]; then
+    artifact=$(ls -t target/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
+  fi
+  lambda_log "cargo ${flags[*]}${artifact:+ (index from $artifact)}"
+  if [ -n "$artifact" ] && { cmp -s "$artifact" "$reuse" || cp -p "$artifact" "$reuse"; }; then
+    FRAUD_INDEX_ARTIFACT_IN=$reuse cargo "${flags[@]}" \
+      || { lambda_log "build with the reused index failed; packing the index"; cargo "${flags[@]}"; }
+  else
+    cargo "${flags[@]}"
+  fi
+  BOOTSTRAP=$LAMBDA_ROOT/target/$LAMBDA_TARGET/release/bootstrap
+  PACKAGE_DIR=$LAMBDA_OUT/bootstrap
+  ZIP=$LAMBDA_OUT/bootstrap.zip
+  rm -rf "$PACKAGE_DIR" "$ZIP"
+  mkdir -p "$PACKAGE_DIR"
+  strip -o "$PACKAGE_DIR/bootstrap" "$BOOTSTRAP"
+  (cd "$PACKAGE_DIR" && zip -q -9 "$ZIP" bootstrap)
+  export BOOTSTRAP PACKAGE_DIR ZIP
+}
+
+# Prints "zipped unzipped" package sizes in bytes.
+lambda_sizes() {
+  printf '%s %s\n' "$(stat -c %s "$ZIP")" "$(stat -c %s "$PACKAGE_DIR/bootstrap")"
+}
+
+# A free loopback TCP port.
+lambda_free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
