@@ -22,9 +22,10 @@ build_api() {
   log "building the static local-runner (target dir $TARGET_DIR; first build packs the index, a few minutes)"
   # --target keeps RUSTFLAGS off build scripts and host tools (faiss, the index packer).
   (cd "$ROOT" && RUSTFLAGS="-C target-cpu=haswell -C target-feature=+crt-static" \
-    cargo build --release --locked -p local-runner --target "$TRIPLE" --target-dir "$TARGET_DIR")
+    cargo build --release -p local-runner --target "$TRIPLE" --target-dir "$TARGET_DIR")
   local bin=$TARGET_DIR/$TRIPLE/release/local-runner
-  if ldd "$bin" >/dev/null 2>&1; then
+  # ldd prints "statically linked" (static-pie) or "not a dynamic executable" for static files.
+  if ldd "$bin" 2>&1 | grep -q '=>'; then
     die "$bin is dynamically linked; expected a static binary"
   fi
   local ctx=$WORK/api stage=$WORK/api/rootfs

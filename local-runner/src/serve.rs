@@ -112,9 +112,9 @@ impl std::str::FromStr for Endpoint {
             return Ok(Endpoint::Unix(PathBuf::from(s)));
         }
         // Numeric addresses only: the static glibc binary should not go through NSS.
-        s.parse::<SocketAddr>()
-            .map(Endpoint::Tcp)
-            .with_context(|| format!("--listen {s:?}: expected unix:/path or IP:PORT (e.g. 0.0.0.0:8080)"))
+        s.parse::<SocketAddr>().map(Endpoint::Tcp).with_context(|| {
+            format!("--listen {s:?}: expected unix:/path or IP:PORT (e.g. 0.0.0.0:8080)")
+        })
     }
 }
 
@@ -131,7 +131,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .max_blocking_threads(1)
         .build()
         .context("cannot start the tokio runtime")?;
-    rt.block_on(serve(endpoint, scorer, Limits::from(&args), args.warmup_queries))
+    rt.block_on(serve(
+        endpoint,
+        scorer,
+        Limits::from(&args),
+        args.warmup_queries,
+    ))
 }
 
 enum Listener {
@@ -143,7 +148,8 @@ impl Listener {
     fn bind(endpoint: &Endpoint) -> Result<Listener> {
         match endpoint {
             Endpoint::Tcp(addr) => {
-                let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+                let l = std::net::TcpListener::bind(addr)
+                    .with_context(|| format!("cannot listen on {addr}"))?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Tcp(TcpListener::from_std(l)?))
             }
@@ -151,9 +157,14 @@ impl Listener {
                 match std::fs::remove_file(path) {
                     Ok(()) => info!(path = %path.display(), "removed a stale socket file"),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", path.display())),
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!("cannot remove stale socket {}", path.display())
+                        })
+                    }
                 }
-                let l = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+                let l = UnixListener::bind(path)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?;
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
                     .with_context(|| format!("cannot chmod {}", path.display()))?;
@@ -163,7 +174,12 @@ impl Listener {
     }
 }
 
-async fn serve(endpoint: Endpoint, scorer: Scorer<'static>, limits: Limits, warmup_queries: usize) -> Result<()> {
+async fn serve(
+    endpoint: Endpoint,
+    scorer: Scorer<'static>,
+    limits: Limits,
+    warmup_queries: usize,
+) -> Result<()> {
     let listener = Listener::bind(&endpoint)?;
     info!(?endpoint, ?limits, "listening; warming up");
     let warm = tokio::spawn(warm_up(scorer, warmup_queries));
@@ -186,7 +202,16 @@ async fn serve(endpoint: Endpoint, scorer: Scorer<'static>, limits: Limits, warm
             )
             .await
         }
-        Listener::Unix(l, _) => accept_loop(|| async { Ok(l.accept().await?.0) }, scorer, limits, &graceful, signal.as_mut()).await,
+        Listener::Unix(l, _) => {
+            accept_loop(
+                || async { Ok(l.accept().await?.0) },
+                scorer,
+                limits,
+                &graceful,
+                signal.as_mut(),
+            )
+            .await
+        }
     };
     READY.store(false, Ordering::SeqCst);
     warm.abort();
@@ -250,20 +275,39 @@ where
 }
 
 /// One request: read the body (bounded), hand it to the scorer, wrap the answer.
-async fn answer(req: Request<Incoming>, scorer: Scorer<'static>, limits: Limits) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    req: Request<Incoming>,
+    scorer: Scorer<'static>,
+    limits: Limits,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if parts.uri.path() == "/ready" && !READY.load(Ordering::Relaxed) {
-        return Ok(reply(503, function::handler::JSON, None, Bytes::from_static(br#"{"ready":false}"#)));
+        return Ok(reply(
+            503,
+            function::handler::JSON,
+            None,
+            Bytes::from_static(br#"{"ready":false}"#),
+        ));
     }
     let body = match Limited::new(body, limits.max_body_bytes).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
-            return Ok(reply(413, function::handler::JSON, None, Bytes::from_static(br#"{"error":"body too large"}"#)));
+            return Ok(reply(
+                413,
+                function::handler::JSON,
+                None,
+                Bytes::from_static(br#"{"error":"body too large"}"#),
+            ));
         }
         Err(e) => {
             debug!(error = %e, "cannot read body");
-            return Ok(reply(400, function::handler::JSON, None, Bytes::from_static(br#"{"error":"cannot read body"}"#)));
+            return Ok(reply(
+                400,
+                function::handler::JSON,
+                None,
+                Bytes::from_static(br#"{"error":"cannot read body"}"#),
+            ));
         }
     };
     let r = scorer.handle(parts.method.as_str(), path, &body);
@@ -274,7 +318,12 @@ async fn answer(req: Request<Incoming>, scorer: Scorer<'static>, limits: Limits)
     Ok(reply(r.status, r.content_type, r.allow, body))
 }
 
-fn reply(status: u16, content_type: &'static str, allow: Option<&'static str>, body: Bytes) -> Response<Full<Bytes>> {
+fn reply(
+    status: u16,
+    content_type: &'static str,
+    allow: Option<&'static str>,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();
@@ -318,18 +367,31 @@ async fn warm_up(scorer: Scorer<'static>, queries: usize) {
         }
     }
     READY.store(true, Ordering::SeqCst);
-    info!(prefault_ms, total_ms = t.elapsed().as_millis() as u64, queries, ?frauds, "warm-up done; ready");
+    info!(
+        prefault_ms,
+        total_ms = t.elapsed().as_millis() as u64,
+        queries,
+        ?frauds,
+        "warm-up done; ready"
+    );
 }
 
 /// A deterministic spread of valid requests (amounts, hours, distances, with and without a last
 /// transaction) so warm-up visits many lists of the index, not one.
 fn warmup_body(i: usize) -> String {
-    let mccs = ["5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999", "1234"];
+    let mccs = [
+        "5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999", "1234",
+    ];
     let f = |m: usize| ((i.wrapping_mul(2654435761) >> (m * 3)) % 1000) as f64 / 1000.0;
     let last = if i % 5 == 0 {
         "null".to_string()
     } else {
-        format!(r#"{{"timestamp":"2026-03-{:02}T{:02}:10:00Z","km_from_current":{:.4}}}"#, 1 + i % 10, i % 24, f(5) * 1500.0)
+        format!(
+            r#"{{"timestamp":"2026-03-{:02}T{:02}:10:00Z","km_from_current":{:.4}}}"#,
+            1 + i % 10,
+            i % 24,
+            f(5) * 1500.0
+        )
     };
     format!(
         r#"{{"id":"warm-{i}","transaction":{{"amount":{:.2},"installments":{},"requested_at":"2026-03-{:02}T{:02}:{:02}:00Z"}},"customer":{{"avg_amount":{:.2},"tx_count_24h":{},"known_merchants":["MERC-001","MERC-{:03}"]}},"merchant":{{"id":"MERC-{:03}","mcc":"{}","avg_amount":{:.2}}},"terminal":{{"is_online":{},"card_present":{},"km_from_home":{:.4}}},"last_transaction":{last}}}"#,
@@ -353,7 +415,10 @@ fn warmup_body(i: usize) -> String {
 /// Resolves on SIGTERM or SIGINT with the signal's name.
 async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         warn!("cannot install signal handlers; only a kill will stop this server");
         return std::future::pending().await;
     };
@@ -369,9 +434,18 @@ mod tests {
 
     #[test]
     fn endpoints_parse() {
-        assert_eq!("unix:/sock/a.sock".parse::<Endpoint>().unwrap(), Endpoint::Unix("/sock/a.sock".into()));
-        assert_eq!("/tmp/x.sock".parse::<Endpoint>().unwrap(), Endpoint::Unix("/tmp/x.sock".into()));
-        assert_eq!("0.0.0.0:8080".parse::<Endpoint>().unwrap(), Endpoint::Tcp("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(
+            "unix:/sock/a.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/sock/a.sock".into())
+        );
+        assert_eq!(
+            "/tmp/x.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/tmp/x.sock".into())
+        );
+        assert_eq!(
+            "0.0.0.0:8080".parse::<Endpoint>().unwrap(),
+            Endpoint::Tcp("0.0.0.0:8080".parse().unwrap())
+        );
         assert!("unix:".parse::<Endpoint>().is_err());
         assert!("localhost:80".parse::<Endpoint>().is_err());
     }
@@ -380,7 +454,8 @@ mod tests {
     fn warmup_bodies_are_valid_requests() {
         for i in 0..200 {
             let body = warmup_body(i);
-            function::payload::parse(body.as_bytes()).unwrap_or_else(|e| panic!("body {i}: {e}\n{body}"));
+            function::payload::parse(body.as_bytes())
+                .unwrap_or_else(|e| panic!("body {i}: {e}\n{body}"));
         }
     }
 }

@@ -38,7 +38,12 @@ fn start(listen: &str) -> Server {
 fn read_response(r: &mut impl BufRead) -> (u16, String, Vec<String>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
-    let status: u16 = line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("bad status line {line:?}"))
+        .parse()
+        .unwrap();
     let mut len = 0usize;
     let mut headers = Vec::new();
     loop {
@@ -80,7 +85,8 @@ fn wait_ready(s: &mut UnixStream) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut r = BufReader::new(s.try_clone().unwrap());
     loop {
-        s.write_all(request("GET", "/ready", "").as_bytes()).unwrap();
+        s.write_all(request("GET", "/ready", "").as_bytes())
+            .unwrap();
         let (status, _, _) = read_response(&mut r);
         if status == 200 {
             return;
@@ -93,13 +99,20 @@ fn wait_ready(s: &mut UnixStream) {
 
 fn sigterm_and_wait(server: &mut Server) -> std::process::ExitStatus {
     let pid = server.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(st) = server.child.try_wait().unwrap() {
             return st;
         }
-        assert!(Instant::now() < deadline, "server did not exit within 10 s of SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "server did not exit within 10 s of SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -118,27 +131,51 @@ fn unix_socket_keep_alive_routes_and_clean_sigterm() {
 
     // Several requests on one keep-alive connection.
     for _ in 0..3 {
-        s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes()).unwrap();
-        assert_eq!(read_response(&mut r).1, r#"{"approved":true,"fraud_score":0.0}"#);
-        s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes()).unwrap();
-        assert_eq!(read_response(&mut r).1, r#"{"approved":false,"fraud_score":1.0}"#);
+        s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+            .unwrap();
+        assert_eq!(
+            read_response(&mut r).1,
+            r#"{"approved":true,"fraud_score":0.0}"#
+        );
+        s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
+            .unwrap();
+        assert_eq!(
+            read_response(&mut r).1,
+            r#"{"approved":false,"fraud_score":1.0}"#
+        );
     }
     // Pipelined: two requests in one write, two answers in order.
-    s.write_all(format!("{}{}", request("POST", "/fraud-score", FRAUD), request("POST", "/fraud-score", LEGIT)).as_bytes()).unwrap();
+    s.write_all(
+        format!(
+            "{}{}",
+            request("POST", "/fraud-score", FRAUD),
+            request("POST", "/fraud-score", LEGIT)
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     assert!(read_response(&mut r).1.contains("\"approved\":false"));
     assert!(read_response(&mut r).1.contains("\"approved\":true"));
     // The handler's own answers pass through unchanged.
-    s.write_all(request("GET", "/fraud-score", "").as_bytes()).unwrap();
+    s.write_all(request("GET", "/fraud-score", "").as_bytes())
+        .unwrap();
     let (status, _, headers) = read_response(&mut r);
     assert_eq!(status, 405);
-    assert!(headers.iter().any(|h| h.eq_ignore_ascii_case("allow: POST")), "{headers:?}");
-    s.write_all(request("POST", "/fraud-score", "{").as_bytes()).unwrap();
+    assert!(
+        headers
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case("allow: POST")),
+        "{headers:?}"
+    );
+    s.write_all(request("POST", "/fraud-score", "{").as_bytes())
+        .unwrap();
     assert_eq!(read_response(&mut r).0, 400);
     s.write_all(request("GET", "/nope", "").as_bytes()).unwrap();
     assert_eq!(read_response(&mut r).0, 404);
     // A body over the limit is refused before the handler sees it.
     let big = "x".repeat(70 * 1024);
-    s.write_all(request("POST", "/fraud-score", &big).as_bytes()).unwrap();
+    s.write_all(request("POST", "/fraud-score", &big).as_bytes())
+        .unwrap();
     assert_eq!(read_response(&mut r).0, 413);
 
     drop(r);
@@ -151,16 +188,25 @@ fn unix_socket_keep_alive_routes_and_clean_sigterm() {
 #[test]
 fn tcp_listener_answers() {
     // Find a free port, then let the server bind it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut server = start(&format!("127.0.0.1:{port}"));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             let mut r = BufReader::new(s.try_clone().unwrap());
-            s.write_all(request("GET", "/ready", "").as_bytes()).unwrap();
+            s.write_all(request("GET", "/ready", "").as_bytes())
+                .unwrap();
             if read_response(&mut r).0 == 200 {
-                s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes()).unwrap();
-                assert_eq!(read_response(&mut r).1, r#"{"approved":false,"fraud_score":1.0}"#);
+                s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
+                    .unwrap();
+                assert_eq!(
+                    read_response(&mut r).1,
+                    r#"{"approved":false,"fraud_score":1.0}"#
+                );
                 break;
             }
         }

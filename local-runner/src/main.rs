@@ -1,0 +1,143 @@
+//! `local-runner`: the fraud scorer outside Lambda.
+//!
+//! - `verify FILE`: replay a contest test file through the handler and report accuracy and
+//!   latency (last line: one JSON object).
+//! - `selftest`: open the index and answer one request (time the whole process with hyperfine
+//!   to get exec-to-ready).
+//! - `serve`: the handler over HTTP/1.1 on a Unix socket or TCP address (see `serve.rs`).
+//!
+//! Any panic aborts the process (after logging it): a server must not go on in an unknown state,
+//! and the orchestrator restarts it. The workspace profile keeps `panic = "unwind"` on purpose
+//! (see the workspace Cargo.toml), so the hook does it.
+
+mod serve;
+mod verify;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use function::{Scorer, SearchParams, Searcher};
+use index_pack::format;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(version, about = "Runs the fraud-scoring handler outside Lambda")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a contest test file (plain or .gz) through the handler.
+    Verify {
+        file: PathBuf,
+        /// Use this artifact instead of the embedded index (e.g. an fp16 one from index-pack).
+        #[arg(long)]
+        index: Option<PathBuf>,
+        /// Print at most this many mismatching entries.
+        #[arg(long, default_value_t = 10)]
+        show: usize,
+    },
+    /// Open the embedded index, answer one request, and print the time from exec.
+    Selftest {
+        /// Read every page of the index (and check its CRC32) before answering.
+        #[arg(long)]
+        prefault: bool,
+    },
+    /// Serve the handler over HTTP/1.1 (one single-threaded event loop) until SIGTERM.
+    Serve(serve::ServeArgs),
+}
+
+/// Logs the panic through tracing (and stderr), then aborts the whole process.
+fn install_abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "panic: aborting");
+        default(info);
+        std::process::abort();
+    }));
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("FRAUD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// An example request from the contest documentation (a legit one).
+const EXAMPLE: &str = r#"{"id":"tx-1","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
+
+fn main() -> Result<()> {
+    install_abort_on_panic();
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_)) {
+        init_logging();
+    }
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Verify { file, index, show } => {
+            let owned;
+            let idx = match &index {
+                Some(path) => {
+                    let bytes = std::fs::read(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    owned = format::aligned_copy(&bytes);
+                    format::verify_deep(&owned)?;
+                    format::open(&owned)?
+                }
+                None => function::index::open()?,
+            };
+            let searcher = Searcher::new(idx, SearchParams::default());
+            eprintln!(
+                "index: {} codec, {} references, {} lists, {} kernels",
+                idx.header.codec.native().name(),
+                idx.header.n_refs,
+                idx.lists.len(),
+                searcher.kernels_name()
+            );
+            let scorer = Scorer::new(searcher);
+            let report = verify::run(
+                &scorer,
+                &file,
+                &format::hex(&idx.header.source_sha256),
+                show,
+            )?;
+            eprintln!(
+                "total {}  TP {}  TN {}  FP {}  FN {}  errors {}  score mismatches {}",
+                report.total,
+                report.tp,
+                report.tn,
+                report.fp,
+                report.fn_,
+                report.errors,
+                report.score_mismatches
+            );
+            eprintln!(
+                "detection score {:.2}  handler latency p50 {:.2} us  p99 {:.2} us",
+                report.detection_score, report.p50_us, report.p99_us
+            );
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        Command::Selftest { prefault } => {
+            let t = Instant::now();
+            if prefault {
+                function::index::prefault()?;
+            }
+            let scorer = function::embedded_scorer()?;
+            let resp = scorer.handle("POST", "/fraud-score", EXAMPLE.as_bytes());
+            anyhow::ensure!(resp.status == 200, "selftest request failed: {}", resp.body);
+            println!(
+                "{{\"open_and_first_answer_ms\":{:.3},\"prefault\":{prefault},\"answer\":{}}}",
+                t.elapsed().as_secs_f64() * 1000.0,
+                resp.body
+            );
+            Ok(())
+        }
+    }
+}
