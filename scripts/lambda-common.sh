@@ -39,26 +39,39 @@ lambda_tools() {
   export SAM RIE CARGO_LAMBDA_BIN
 }
 
+# The build environment of the bootstrap, exported for cargo (and for cargo-lambda under SAM):
+# - RUSTFLAGS: static glibc. provided.al2023 has glibc 2.34, older than many build hosts; a
+#   static binary does not care (and needs nothing from the image). With an explicit --target,
+#   only the target crates get these flags, so build scripts are shared with the workspace build.
+# - FRAUD_INDEX_ARTIFACT_IN: the index artifact that the workspace build already packed
+#   (build.rs checks it in full before embedding it), instead of packing 3M references again.
+#   The copy keeps a fixed path and the source's mtime, so build.rs reruns only when the
+#   artifact's content changes. LAMBDA_PACK_INDEX=1 packs from the references instead.
+lambda_build_env() {
+  cd "$LAMBDA_ROOT"
+  case " ${RUSTFLAGS:-} " in
+    *crt-static*) ;;
+    *) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" ;;
+  esac
+  if [ -z "${FRAUD_INDEX_ARTIFACT_IN:-}" ] && [ "${LAMBDA_PACK_INDEX:-0}" != 1 ]; then
+    local artifact reuse=$LAMBDA_ROOT/target/lambda-index.idx
+    artifact=$(ls -t target/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
+    if [ -n "$artifact" ] && { cmp -s "$artifact" "$reuse" || cp -p "$artifact" "$reuse"; }; then
+      lambda_log "index artifact reused from $artifact"
+      export FRAUD_INDEX_ARTIFACT_IN=$reuse
+    fi
+  fi
+}
+
 # Builds target/$LAMBDA_TARGET/release/bootstrap and the deployment package in $LAMBDA_OUT.
 lambda_build() {
-  cd "$LAMBDA_ROOT"
+  lambda_build_env
   local flags=(build --release --target "$LAMBDA_TARGET" -p function --features lambda --bin bootstrap)
-  # Static glibc: provided.al2023 has glibc 2.34, older than many build hosts; a static binary
-  # does not care (and needs nothing from the image). Only the target crates get these flags.
-  export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static"
-  # Reuse an index artifact that the workspace build already packed (build.rs checks it in
-  # full), instead of packing 3M references once more; fall back to packing if that fails.
-  # The copy keeps a fixed path and the source's mtime, so cargo reruns build.rs only when the
-  # artifact's content changes.
-  local artifact="" reuse=$LAMBDA_ROOT/target/lambda-index.idx
-  if [ -z "${FRAUD_INDEX_ARTIFACT_IN:-}" ]; then
-    artifact=$(ls -t target/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
-  fi
-  lambda_log "cargo ${flags[*]}${artifact:+ (index from $artifact)}"
-  if [ -n "$artifact" ] && { cmp -s "$artifact" "$reuse" || cp -p "$artifact" "$reuse"; }; then
-    FRAUD_INDEX_ARTIFACT_IN=$reuse cargo "${flags[@]}" \
-      || { lambda_log "build with the reused index failed; packing the index"; cargo "${flags[@]}"; }
-  else
+  lambda_log "cargo ${flags[*]}"
+  if ! cargo "${flags[@]}"; then
+    [ -n "${FRAUD_INDEX_ARTIFACT_IN:-}" ] || return 1
+    lambda_log "build failed with the reused index artifact; packing the index from the references"
+    unset FRAUD_INDEX_ARTIFACT_IN
     cargo "${flags[@]}"
   fi
   BOOTSTRAP=$LAMBDA_ROOT/target/$LAMBDA_TARGET/release/bootstrap
