@@ -383,7 +383,7 @@ fn warmup_body(i: usize) -> String {
         "5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999", "1234",
     ];
     let f = |m: usize| ((i.wrapping_mul(2654435761) >> (m * 3)) % 1000) as f64 / 1000.0;
-    let last = if i % 5 == 0 {
+    let last = if i.is_multiple_of(5) {
         "null".to_string()
     } else {
         format!(
@@ -406,8 +406,8 @@ fn warmup_body(i: usize) -> String {
         (i * 3) % 25,
         mccs[i % mccs.len()],
         f(2) * 10_000.0,
-        i % 3 == 0,
-        i % 2 == 0,
+        i.is_multiple_of(3),
+        i.is_multiple_of(2),
         f(3) * 1_200.0,
     )
 }

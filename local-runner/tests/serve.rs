@@ -2,7 +2,7 @@
 //! with raw HTTP/1.1 over keep-alive, then stopped with SIGTERM (must exit 0 and remove its
 //! socket).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
