@@ -40,22 +40,29 @@ lambda_tools() {
 }
 
 # The build environment of the bootstrap, exported for cargo (and for cargo-lambda under SAM):
-# - RUSTFLAGS: static glibc. provided.al2023 has glibc 2.34, older than many build hosts; a
-#   static binary does not care (and needs nothing from the image). With an explicit --target,
-#   only the target crates get these flags, so build scripts are shared with the workspace build.
+# - RUSTFLAGS: static glibc, no symbols (a smaller package). provided.al2023 has glibc 2.34,
+#   older than many build hosts; a static binary does not care (and needs nothing from the
+#   image). With an explicit --target only the target crates get these flags, so build scripts
+#   and their dependencies are shared with the workspace build.
 # - FRAUD_INDEX_ARTIFACT_IN: the index artifact that the workspace build already packed
 #   (build.rs checks it in full before embedding it), instead of packing 3M references again.
 #   The copy keeps a fixed path and the source's mtime, so build.rs reruns only when the
-#   artifact's content changes. LAMBDA_PACK_INDEX=1 packs from the references instead.
+#   artifact's content changes. LAMBDA_PACK_INDEX=1 packs from the references instead, and so
+#   does an artifact older than the packer's sources.
 lambda_build_env() {
   cd "$LAMBDA_ROOT"
   case " ${RUSTFLAGS:-} " in
     *crt-static*) ;;
-    *) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" ;;
+    *) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C strip=symbols" ;;
   esac
   if [ -z "${FRAUD_INDEX_ARTIFACT_IN:-}" ] && [ "${LAMBDA_PACK_INDEX:-0}" != 1 ]; then
     local artifact reuse=$LAMBDA_ROOT/target/lambda-index.idx
     artifact=$(ls -t target/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
+    # An artifact older than the packer's sources may be in an older format: pack instead.
+    if [ -n "$artifact" ] && [ -n "$(find index-pack function/build.rs -newer "$artifact" -name '*.rs' | head -1)" ]; then
+      lambda_log "not reusing $artifact: index-pack changed since it was packed"
+      artifact=""
+    fi
     if [ -n "$artifact" ] && { cmp -s "$artifact" "$reuse" || cp -p "$artifact" "$reuse"; }; then
       lambda_log "index artifact reused from $artifact"
       export FRAUD_INDEX_ARTIFACT_IN=$reuse

@@ -37,7 +37,12 @@ disable_optimizations = true
 type = "cargo"
 EOF
   export CARGO_LAMBDA_GLOBAL=$LAMBDA_ROOT/target/lambda-sam/CargoLambda.toml
-  "$SAM" build --beta-features --template template.yaml
+  if ! "$SAM" build --beta-features --template template.yaml; then
+    [ -n "${FRAUD_INDEX_ARTIFACT_IN:-}" ] || return 1
+    lambda_log "sam build failed with the reused index artifact; packing the index from the references"
+    unset FRAUD_INDEX_ARTIFACT_IN
+    "$SAM" build --beta-features --template template.yaml
+  fi
   ls -l .aws-sam/build/FraudScoreFunction/bootstrap
 }
 
