@@ -22,7 +22,7 @@ set -euo pipefail
 source "$(dirname "$0")/lambda-common.sh"
 cd "$LAMBDA_ROOT"
 REPLAY=${LAMBDA_REPLAY:-4000}
-WORK=$LAMBDA_ROOT/target/lambda-ci
+WORK=$LAMBDA_TARGET_DIR/lambda-ci
 mkdir -p "$WORK"
 started=$SECONDS
 passed=0
@@ -43,7 +43,7 @@ lambda_tools sam
 check "sam validate --lint" "$SAM" validate --lint --template template.yaml
 
 if [ "${LAMBDA_SKIP_BUILD:-0}" = 1 ] && [ -x "$LAMBDA_OUT/bootstrap/bootstrap" ]; then
-  BOOTSTRAP=$LAMBDA_ROOT/target/$LAMBDA_TARGET/release/bootstrap
+  BOOTSTRAP=$LAMBDA_TARGET_DIR/$LAMBDA_TARGET/release/bootstrap
   PACKAGE_DIR=$LAMBDA_OUT/bootstrap
   ZIP=$LAMBDA_OUT/bootstrap.zip
 else

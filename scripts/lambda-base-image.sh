@@ -19,7 +19,7 @@ fi
 busybox=$(command -v busybox)
 file -L "$busybox" | grep -q "statically linked" || { echo "lambda-base-image: $busybox is not static (install busybox-static)" >&2; exit 1; }
 
-ctx=target/lambda-base
+ctx=${CARGO_TARGET_DIR:-target}/lambda-base
 rm -rf "$ctx"
 root=$ctx/rootfs
 mkdir -p "$root"/{bin,usr/bin,usr/local/bin,lib64,etc,var/task,var/runtime,var/rapid,opt,tmp,dev,proc,sys}

@@ -13,7 +13,9 @@ LAMBDA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LAMBDA_VENV=${LAMBDA_VENV:-$HOME/.cache/lambda-venv}
 LAMBDA_MEMORY_MB=${LAMBDA_MEMORY_MB:-512}
 LAMBDA_TARGET=x86_64-unknown-linux-gnu
-LAMBDA_OUT=$LAMBDA_ROOT/target/lambda-package
+# cargo's target directory (CARGO_TARGET_DIR if set); the scripts' outputs go there too.
+LAMBDA_TARGET_DIR=${CARGO_TARGET_DIR:-$LAMBDA_ROOT/target}
+LAMBDA_OUT=$LAMBDA_TARGET_DIR/lambda-package
 # SAM CLI would otherwise send usage telemetry: nothing here talks to AWS.
 export SAM_CLI_TELEMETRY=0
 
@@ -56,8 +58,8 @@ lambda_build_env() {
     *) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C strip=symbols" ;;
   esac
   if [ -z "${FRAUD_INDEX_ARTIFACT_IN:-}" ] && [ "${LAMBDA_PACK_INDEX:-0}" != 1 ]; then
-    local artifact reuse=$LAMBDA_ROOT/target/lambda-index.idx
-    artifact=$(ls -t target/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
+    local artifact reuse=$LAMBDA_TARGET_DIR/lambda-index.idx
+    artifact=$(ls -t "$LAMBDA_TARGET_DIR"/release/build/function-*/out/fraud-index.idx 2>/dev/null | head -1 || true)
     # An artifact older than the packer's sources may be in an older format: pack instead.
     if [ -n "$artifact" ] && [ -n "$(find index-pack function/build.rs -newer "$artifact" -name '*.rs' | head -1)" ]; then
       lambda_log "not reusing $artifact: index-pack changed since it was packed"
@@ -81,7 +83,7 @@ lambda_build() {
     unset FRAUD_INDEX_ARTIFACT_IN
     cargo "${flags[@]}"
   fi
-  BOOTSTRAP=$LAMBDA_ROOT/target/$LAMBDA_TARGET/release/bootstrap
+  BOOTSTRAP=$LAMBDA_TARGET_DIR/$LAMBDA_TARGET/release/bootstrap
   PACKAGE_DIR=$LAMBDA_OUT/bootstrap
   ZIP=$LAMBDA_OUT/bootstrap.zip
   rm -rf "$PACKAGE_DIR" "$ZIP"

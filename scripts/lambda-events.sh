@@ -8,6 +8,8 @@
 #   events/alb/           Application Load Balancer target group
 # cases: legit.json, fraud.json, null-last.json (last_transaction null), malformed.json,
 # ready.json (GET /ready); apigw-v2 also has base64.json, wrong-method.json, not-found.json.
+# events/payloads/ holds the same request bodies alone, for curl against a server
+# (`curl -s localhost:9999/fraud-score -d @events/payloads/legit.json`).
 # events/expected.tsv lists, for every event, the HTTP status and body the function must answer
 # (`error` = a JSON object with an "error" string).
 #
@@ -17,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=events
-mkdir -p "$out"/{apigw-v2,apigw-v1,function-url,alb}
+mkdir -p "$out"/{apigw-v2,apigw-v1,function-url,alb,payloads}
 
 legit='{"id":"tx-1641912674","transaction":{"amount":441.59,"installments":1,"requested_at":"2027-07-09T16:31:06Z"},"customer":{"avg_amount":883.18,"tx_count_24h":1,"known_merchants":["MERC-004","MERC-017"]},"merchant":{"id":"MERC-004","mcc":"5411","avg_amount":302.78},"terminal":{"is_online":false,"card_present":true,"km_from_home":33.8814492067},"last_transaction":{"timestamp":"2027-06-04T14:14:22Z","km_from_current":18.4353521556}}'
 fraud='{"id":"tx-853640735","transaction":{"amount":5293.06,"installments":8,"requested_at":"2028-09-19T03:34:29Z"},"customer":{"avg_amount":60.14,"tx_count_24h":11,"known_merchants":["MERC-009","MERC-001"]},"merchant":{"id":"MERC-087","mcc":"7995","avg_amount":21.57},"terminal":{"is_online":false,"card_present":false,"km_from_home":265.7823290829},"last_transaction":{"timestamp":"2024-01-04T03:43:32Z","km_from_current":722.9372664641}}'
@@ -84,6 +86,11 @@ alb() {
               + (if $b == null then {} else {"content-type": "application/json"} end)),
     body: ($b // ""), isBase64Encoded: false}' > "$1"
 }
+
+printf '%s\n' "$legit" > "$out/payloads/legit.json"
+printf '%s\n' "$fraud" > "$out/payloads/fraud.json"
+printf '%s\n' "$null_last" > "$out/payloads/null-last.json"
+printf '%s\n' "$malformed" > "$out/payloads/malformed.json"
 
 expected=$out/expected.tsv
 printf 'event\tstatus\tbody\n' > "$expected"

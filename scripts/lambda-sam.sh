@@ -27,8 +27,8 @@ export PATH=$LAMBDA_VENV/bin:$PATH
 sam_build() {
   "$SAM" validate --lint --template template.yaml
   lambda_build_env
-  mkdir -p target/lambda-sam
-  cat > target/lambda-sam/CargoLambda.toml <<'EOF'
+  mkdir -p "$LAMBDA_TARGET_DIR/lambda-sam"
+  cat > "$LAMBDA_TARGET_DIR/lambda-sam/CargoLambda.toml" <<'EOF'
 [build]
 features = ["lambda"]
 disable_optimizations = true
@@ -36,7 +36,7 @@ disable_optimizations = true
 [build.compiler]
 type = "cargo"
 EOF
-  export CARGO_LAMBDA_GLOBAL=$LAMBDA_ROOT/target/lambda-sam/CargoLambda.toml
+  export CARGO_LAMBDA_GLOBAL=$LAMBDA_TARGET_DIR/lambda-sam/CargoLambda.toml
   if ! "$SAM" build --beta-features --template template.yaml; then
     [ -n "${FRAUD_INDEX_ARTIFACT_IN:-}" ] || return 1
     lambda_log "sam build failed with the reused index artifact; packing the index from the references"
@@ -48,15 +48,16 @@ EOF
 
 sam_invoke() {
   bash scripts/lambda-base-image.sh
+  mkdir -p "$LAMBDA_TARGET_DIR/lambda-sam"
   local ev out status=0
   for ev in "$@"; do
     lambda_log "sam local invoke FraudScoreFunction -e $ev --skip-pull-image"
     out=$("$SAM" local invoke FraudScoreFunction -e "$ev" --skip-pull-image \
-      --template .aws-sam/build/template.yaml 2> target/lambda-sam/invoke.log) || status=1
+      --template .aws-sam/build/template.yaml 2> "$LAMBDA_TARGET_DIR/lambda-sam/invoke.log") || status=1
     echo "$out"
     if ! printf '%s' "$out" | grep -q '"statusCode"'; then
       status=1
-      tail -20 target/lambda-sam/invoke.log >&2
+      tail -20 "$LAMBDA_TARGET_DIR/lambda-sam/invoke.log" >&2
     fi
   done
   return $status
