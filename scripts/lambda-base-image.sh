@@ -17,7 +17,10 @@ if [ ! -x /bin/busybox ] && [ ! -x /usr/bin/busybox ]; then
   apt-get install -y -q busybox-static > /dev/null || { apt-get update -q > /dev/null && apt-get install -y -q busybox-static > /dev/null; }
 fi
 busybox=$(command -v busybox)
-file -L "$busybox" | grep -q "statically linked" || { echo "lambda-base-image: $busybox is not static (install busybox-static)" >&2; exit 1; }
+if ldd "$busybox" > /dev/null 2>&1; then
+  echo "lambda-base-image: $busybox is not static (install busybox-static)" >&2
+  exit 1
+fi
 
 ctx=${CARGO_TARGET_DIR:-target}/lambda-base
 rm -rf "$ctx"

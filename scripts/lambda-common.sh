@@ -3,7 +3,7 @@
 # - lambda_tools: a Python venv with AWS SAM CLI (which ships AWS's Runtime Interface Emulator)
 #   and cargo-lambda, installed only when missing; sets SAM, RIE, CARGO_LAMBDA_BIN.
 # - lambda_build: the release `bootstrap` (static, so it runs on provided.al2023 whatever the
-#   build host's glibc), stripped and zipped as Lambda wants it; sets BOOTSTRAP, PACKAGE_DIR, ZIP.
+#   build host's glibc, and stripped), zipped as Lambda wants it; sets BOOTSTRAP, PACKAGE_DIR, ZIP.
 #
 # Settings (environment):
 #   LAMBDA_VENV      venv for the PyPI tools (default ~/.cache/lambda-venv)
@@ -88,9 +88,21 @@ lambda_build() {
   ZIP=$LAMBDA_OUT/bootstrap.zip
   rm -rf "$PACKAGE_DIR" "$ZIP"
   mkdir -p "$PACKAGE_DIR"
-  strip -o "$PACKAGE_DIR/bootstrap" "$BOOTSTRAP"
-  (cd "$PACKAGE_DIR" && zip -q -9 "$ZIP" bootstrap)
+  cp "$BOOTSTRAP" "$PACKAGE_DIR/bootstrap"
+  lambda_zip "$ZIP" "$PACKAGE_DIR/bootstrap"
   export BOOTSTRAP PACKAGE_DIR ZIP
+}
+
+# Zips one executable as "bootstrap" (mode 755), as Lambda wants it, with Python's zipfile at
+# zlib's default level: what `sam deploy` uploads is made the same way. (zip(1) may be missing.)
+lambda_zip() { # $1 = zip file, $2 = executable
+  python3 - "$1" "$2" <<'PY'
+import sys, zipfile
+info = zipfile.ZipInfo.from_file(sys.argv[2], "bootstrap")
+info.external_attr = 0o100755 << 16
+with zipfile.ZipFile(sys.argv[1], "w") as z, open(sys.argv[2], "rb") as f:
+    z.writestr(info, f.read(), compress_type=zipfile.ZIP_DEFLATED)
+PY
 }
 
 # Prints "zipped unzipped" package sizes in bytes.
