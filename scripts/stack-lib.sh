@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-COMPOSE=(docker-compose --compatibility --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" -p fraudstack)
+COMPOSE=(docker-compose --compatibility --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" ${STACK_OVERRIDE:+-f "$STACK_OVERRIDE"} -p fraudstack)
 FLOOR_COMPOSE=(docker-compose --compatibility --project-directory "$ROOT/docker" -f "$ROOT/docker/compose.floor.yml" -p fraudfloor)
 RESULTS=${STACK_RESULTS:-$ROOT/target/stack-results}
 K6_VERSION=1.1.0

@@ -6,7 +6,7 @@
 #   full   the official scenario (1 -> 900 req/s over 120 s, ~54,060 requests)
 #   smoke  RATE req/s (default 200) for DURATION (default 15s); exits non-zero on any HTTP
 #          error, FP or FN
-# Env: STACK_SKIP_BUILD=1 (use the images as they are), STACK_KEEP=1 (leave the stack up),
+# Env: STACK_OVERRIDE=file.yml (extra compose file, for CPU-split experiments), STACK_SKIP_BUILD=1 (use the images as they are), STACK_KEEP=1 (leave the stack up),
 #      STACK_RESULTS (folder for the JSON results; default target/stack-results),
 #      STACK_TARGET_DIR (see stack-images.sh), RATE, DURATION.
 # Results: $STACK_RESULTS/<utc time>-<mode>.json = k6 summary + container stats.
