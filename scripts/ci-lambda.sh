@@ -76,13 +76,30 @@ stop_rie() {
   fi
   rie_pid=""
 }
-trap stop_rie EXIT
+remove_cgroup() { if [ -n "$cgroup" ]; then rmdir "$cgroup" 2> /dev/null || true; fi; }
+trap 'stop_rie; remove_cgroup' EXIT
 trap 'exit 130' INT TERM
+
+# LAMBDA_CPUS=0.29 runs the bootstrap (not the emulator) under a CFS quota of that many CPUs, as
+# Lambda does (CPU share = memory / 1,769 MB: 0.29 at 512 MB). Needs a writable cgroup-v1 cpu
+# controller; measurement only, the default is no limit.
+entry=./bootstrap
+if [ -n "${LAMBDA_CPUS:-}" ]; then
+  cgroup=/sys/fs/cgroup/cpu/lambda-ci-$$
+  mkdir "$cgroup"
+  echo 100000 > "$cgroup/cpu.cfs_period_us"
+  quota=$(python3 -c "print(int(float('$LAMBDA_CPUS') * 100000))")
+  echo "$quota" > "$cgroup/cpu.cfs_quota_us"
+  printf '#!/bin/sh\necho $$ > %s/cgroup.procs && exec ./bootstrap\n' "$cgroup" > "$WORK/limited-bootstrap"
+  chmod +x "$WORK/limited-bootstrap"
+  entry=$WORK/limited-bootstrap
+  lambda_log "bootstrap limited to $LAMBDA_CPUS CPU ($cgroup)"
+fi
 
 launch_ns=$(date +%s%N)
 (cd "$PACKAGE_DIR" && exec env AWS_LAMBDA_FUNCTION_MEMORY_SIZE="$LAMBDA_MEMORY_MB" AWS_LAMBDA_FUNCTION_TIMEOUT=5 \
   "$RIE" --runtime-interface-emulator-address "127.0.0.1:$api_port" \
-  --runtime-api-address "127.0.0.1:$rt_port" ./bootstrap) > "$rie_log" 2>&1 &
+  --runtime-api-address "127.0.0.1:$rt_port" "$entry") > "$rie_log" 2>&1 &
 rie_pid=$!
 lambda_log "emulator pid $rie_pid on 127.0.0.1:$api_port (runtime API 127.0.0.1:$rt_port)"
 
