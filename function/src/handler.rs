@@ -92,3 +92,97 @@ impl<'a> Scorer<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::tests::{random_refs, small_index};
+    use crate::search::SearchParams;
+    use index_pack::format::{self, CodecKind};
+
+    const BODY: &str = r#"{"id":"tx-1","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},
+        "customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},
+        "merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},
+        "terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
+
+    fn with_scorer(f: impl FnOnce(Scorer)) {
+        let refs = random_refs(400, 3, false);
+        let bytes = small_index(&refs, 8, CodecKind::I16, 16);
+        f(Scorer::new(Searcher::new(
+            format::open(&bytes).unwrap(),
+            SearchParams::default(),
+        )));
+    }
+
+    fn error_of(r: &Response) -> String {
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        v["error"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn routes() {
+        with_scorer(|s| {
+            let ok = s.handle("POST", "/fraud-score", BODY.as_bytes());
+            assert_eq!((ok.status, ok.content_type), (200, JSON));
+            assert!(crate::decision::BODIES.contains(&ok.body.as_ref()));
+            assert_eq!(s.handle("POST", "/fraud-score?x=1", BODY.as_bytes()), ok);
+            assert_eq!(s.handle("GET", "/ready", b"").status, 200);
+            assert_eq!(s.handle("HEAD", "/ready", b"").status, 200);
+            let r = s.handle("GET", "/fraud-score", b"");
+            assert_eq!((r.status, r.allow), (405, Some("POST")));
+            assert_eq!(s.handle("DELETE", "/ready", b"").status, 405);
+            assert_eq!(s.handle("GET", "/nope", b"").status, 404);
+        });
+    }
+
+    #[test]
+    fn bad_bodies_name_the_field() {
+        with_scorer(|s| {
+            let cases: Vec<(String, &str)> = vec![
+                (String::new(), "."),
+                ("{".into(), "."),
+                (BODY.replace(r#""amount":41.12"#, r#""amount":"41.12""#), "transaction.amount"),
+                (BODY.replace(r#""mcc":"5411","#, ""), "merchant"),
+                (BODY.replace(r#""is_online":false"#, r#""is_online":null"#), "terminal.is_online"),
+                (BODY.replace("2026-03-11T18:45:53Z", "yesterday"), "transaction.requested_at"),
+                (BODY.replace(r#""last_transaction":null"#, r#""last_transaction":{"timestamp":"2026-13-01T00:00:00Z","km_from_current":1}"#), "last_transaction.timestamp"),
+                (BODY.replace("41.12", "1e999"), "transaction.amount"),
+                (format!("{BODY} trailing"), "."),
+            ];
+            for (body, field) in cases {
+                let r = s.handle("POST", "/fraud-score", body.as_bytes());
+                assert_eq!(r.status, 400, "{body}");
+                let e = error_of(&r);
+                assert!(e.starts_with(field), "{field}: {e}");
+            }
+            // Missing field inside an object names the object and the field.
+            let r = s.handle(
+                "POST",
+                "/fraud-score",
+                BODY.replace(r#""mcc":"5411","#, "").as_bytes(),
+            );
+            assert!(error_of(&r).contains("missing field `mcc`"));
+            // Non-UTF-8 bytes are a 400, not a panic.
+            assert_eq!(
+                s.handle("POST", "/fraud-score", b"{\"id\":\"\xff\"}")
+                    .status,
+                400
+            );
+        });
+    }
+
+    #[test]
+    fn odd_but_valid_inputs_are_answered() {
+        with_scorer(|s| {
+            for body in [
+                BODY.replace(r#""avg_amount":82.24"#, r#""avg_amount":0"#),
+                BODY.replace(r#""mcc":"5411""#, r#""mcc":"0000""#),
+                BODY.replace(r#""id":"tx-1","#, "").replace('{', r#"{"extra":[1,2],"#),
+                BODY.replace(r#""last_transaction":null"#, r#""last_transaction":{"timestamp":"2030-01-01T00:00:00Z","km_from_current":-5}"#),
+                BODY.replace(r#","last_transaction":null"#, ""),
+            ] {
+                assert_eq!(s.handle("POST", "/fraud-score", body.as_bytes()).status, 200, "{body}");
+            }
+        });
+    }
+}

@@ -66,6 +66,8 @@ pub const GROUP_ROWS: usize = 8;
 pub const PAD_ID: u32 = u32::MAX;
 /// Largest fixed-point squared distance between two vectors of the valid domain.
 pub const MAX_DISTANCE: i64 = 12 * 10_000 * 10_000 + 2 * 20_000 * 20_000;
+/// Consecutive blocks of a list covered by one super-block box.
+pub const SUPER_BLOCKS: usize = 8;
 /// Number of possible list keys.
 pub const KEYS: usize = 1 << KEY_DIMS.len();
 
@@ -171,6 +173,9 @@ pub struct List {
     /// First block (index into `blocks`) and number of blocks.
     pub first_block: u32,
     pub n_blocks: u32,
+    /// First super-block box (index into `super_bounds`); the list has
+    /// `n_blocks.div_ceil(SUPER_BLOCKS)` of them.
+    pub first_super: u32,
 }
 
 /// A run of rows inside a list.
@@ -198,6 +203,10 @@ pub struct Index {
     pub blocks: Vec<Block>,
     /// Each block's bounding box.
     pub block_bounds: Vec<Bounds>,
+    /// Bounding box of each run of [`SUPER_BLOCKS`] consecutive blocks of a list (the last run
+    /// of a list may be shorter). Blocks follow k-d order, so a run is a compact region and its
+    /// box lets the search skip 8 block boxes with one test.
+    pub super_bounds: Vec<Bounds>,
     /// Per slot: original_index << 1 | is_fraud, or [`PAD_ID`].
     pub ids: Vec<u32>,
     pub codes: Codes,

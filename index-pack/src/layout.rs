@@ -12,7 +12,7 @@
 use crate::codec::{self, RowLanes};
 use crate::format::{
     Block, Bounds, BoundsGroup, CodecKind, Header, I16Group, Index, List, DIMS, FORMAT_VERSION,
-    GROUP_ROWS, KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE,
+    GROUP_ROWS, KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -119,7 +119,8 @@ pub fn build(
     let mut list_boxes = Vec::new();
     let mut list_centroid_lanes = Vec::new();
     let mut blocks = Vec::new();
-    let mut block_bounds = Vec::new();
+    let mut block_bounds: Vec<Bounds> = Vec::new();
+    let mut super_bounds = Vec::new();
     let mut ids: Vec<u32> = Vec::with_capacity(n + n / 8);
     let mut rows: Vec<RowLanes> = Vec::with_capacity(n + n / 8);
 
@@ -169,10 +170,17 @@ pub fn build(
         let last = blocks.last_mut().unwrap();
         last.n_slots = ids.len() as u32 - last.first_slot;
 
+        let first_super = super_bounds.len() as u32;
+        for run in block_bounds[first_block as usize..].chunks(SUPER_BLOCKS) {
+            let mut b = empty_box();
+            run.iter().for_each(|r| grow_box(&mut b, r));
+            super_bounds.push(b);
+        }
         lists.push(List {
             cell,
             first_block,
             n_blocks: blocks.len() as u32 - first_block,
+            first_super,
         });
         list_keys.push(key);
         list_boxes.push(list_box);
@@ -227,6 +235,7 @@ pub fn build(
         list_bounds,
         blocks,
         block_bounds,
+        super_bounds,
         ids,
         codes: codec::encode(params.codec, &rows),
     }

@@ -56,6 +56,13 @@ pub trait Kernels: Copy {
     fn box_lower_bound(self, b: &Bounds, q: &Prepared) -> i32;
     /// Lower bounds for the 8 boxes of a group.
     fn boxes_lower_bound(self, g: &BoundsGroup, q: &Prepared) -> [i32; GROUP_ROWS];
+    /// Bit r set when `d[r] <= t`.
+    fn at_most(self, d: &[i32; GROUP_ROWS], t: i32) -> u32 {
+        d.iter()
+            .enumerate()
+            .map(|(r, &x)| ((x <= t) as u32) << r)
+            .sum()
+    }
 }
 
 /// Portable kernels.
@@ -164,6 +171,19 @@ mod avx2 {
             // SAFETY: as above.
             unsafe { boxes_lower_bound(g, q) }
         }
+        #[inline(always)]
+        fn at_most(self, d: &[i32; GROUP_ROWS], t: i32) -> u32 {
+            // SAFETY: as above.
+            unsafe { at_most(d, t) }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn at_most(d: &[i32; GROUP_ROWS], t: i32) -> u32 {
+        let v = _mm256_loadu_si256(d.as_ptr().cast());
+        let gt = _mm256_cmpgt_epi32(v, _mm256_set1_epi32(t));
+        !(_mm256_movemask_ps(_mm256_castsi256_ps(gt)) as u32) & 0xff
     }
 
     // All loads below are aligned: every operand type is `#[repr(C, align(32))]` and each

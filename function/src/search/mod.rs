@@ -27,7 +27,7 @@ pub use kernels::{Kernels, Prepared, Scalar};
 use index_pack::codec;
 use index_pack::format::{
     ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, F16Group, I16Group, DIMS, GROUP_ROWS, KEYS,
-    KEY_DIMS, LANES, PAD_ID, ROW_DIMS, SCALE,
+    KEY_DIMS, LANES, PAD_ID, ROW_DIMS, SCALE, SUPER_BLOCKS,
 };
 use std::cell::RefCell;
 
@@ -44,10 +44,14 @@ pub struct Neighbour {
     pub distance: i64,
 }
 
+/// Largest useful [`SearchParams::probe`].
+pub const MAX_PROBE: usize = 16;
+
 /// Search tuning. None of it changes answers, only how fast they come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchParams {
-    /// Lists visited first by centroid distance, before the bound-ordered pass.
+    /// Lists visited first by centroid distance, before the bound-ordered pass (at most
+    /// [`MAX_PROBE`]).
     pub probe: usize,
 }
 
@@ -384,28 +388,30 @@ fn search<S: Kernels>(
     }
 
     // Probe the nearest centroids first: they give a small threshold early.
-    let probe = params.probe.min(n_lists);
-    let mut nearest: Vec<(i32, u32)> = Vec::with_capacity(probe + 1);
-    for (i, &d) in s.list_dist[..n_lists]
-        .iter()
-        .enumerate()
-        .take(if probe == 0 { 0 } else { n_lists })
-    {
-        if nearest.len() < probe || d < nearest[probe - 1].0 {
-            let pos = nearest.partition_point(|&(x, _)| x <= d);
-            nearest.insert(pos, (d, i as u32));
-            nearest.truncate(probe);
+    let probe = params.probe.min(n_lists).min(MAX_PROBE);
+    let mut nearest = [(i32::MAX, 0u32); MAX_PROBE];
+    if probe > 0 {
+        for (i, &d) in s.list_dist[..n_lists].iter().enumerate() {
+            // Rarely taken: the common case is one compare per list.
+            if d < nearest[probe - 1].0 {
+                let mut j = probe - 1;
+                while j > 0 && nearest[j - 1].0 > d {
+                    nearest[j] = nearest[j - 1];
+                    j -= 1;
+                }
+                nearest[j] = (d, i as u32);
+            }
         }
     }
-    for &(_, l) in &nearest {
+    for &(_, l) in &nearest[..probe] {
         visit_list(k, index, l as usize, &prep, &keyc, s);
     }
 
     // Then every list whose bound can still hold a reference <= the threshold, nearest bound first.
     let t = s.threshold();
-    for i in 0..n_lists {
-        if !s.visited[i] && s.list_bound[i] <= t {
-            s.pending.push((s.list_bound[i], i as u32));
+    for (i, &bound) in s.list_bound[..n_lists].iter().enumerate() {
+        if bound <= t && !s.visited[i] {
+            s.pending.push((bound, i as u32));
         }
     }
     s.pending.sort_unstable();
@@ -435,33 +441,55 @@ fn visit_list<S: Kernels>(
     let list = &index.lists[l];
     let c = keyc[index.list_keys[l].to_native() as usize];
     let first = list.first_block.to_native() as usize;
-    for b in first..first + list.n_blocks.to_native() as usize {
-        if c + k.box_lower_bound(bounds(&index.block_bounds[b]), prep) > s.threshold() {
+    let end = first + list.n_blocks.to_native() as usize;
+    let first_super = list.first_super.to_native() as usize;
+    for (sup, run) in (first..end).step_by(SUPER_BLOCKS).enumerate() {
+        if c + k.box_lower_bound(bounds(&index.super_bounds[first_super + sup]), prep)
+            > s.threshold()
+        {
             continue;
         }
-        s.stats.blocks_scanned += 1;
-        let block = &index.blocks[b];
-        let start = block.first_slot.to_native() as usize;
-        let slots = block.n_slots.to_native() as usize;
-        s.stats.rows_scanned += slots as u32;
-        for g in start / GROUP_ROWS..(start + slots).div_ceil(GROUP_ROWS) {
-            let d = match &index.codes {
-                ArchivedCodes::I16(groups) => k.i16_group(i16_group(&groups[g]), prep, c),
-                ArchivedCodes::F16(groups) => k.f16_group(f16_group(&groups[g]), prep, c),
-            };
-            let t = s.threshold();
-            if d.iter().all(|&x| x > t) {
-                continue;
-            }
-            for (r, &x) in d.iter().enumerate() {
-                let slot = g * GROUP_ROWS + r;
-                if x <= s.threshold() && index.ids[slot].to_native() != PAD_ID {
-                    s.offer(x, slot as u32);
-                }
+        for b in run..(run + SUPER_BLOCKS).min(end) {
+            scan_block(k, index, b, c, prep, s);
+        }
+    }
+}
+
+/// Scans one block unless its box bound exceeds the threshold.
+#[inline(always)]
+fn scan_block<S: Kernels>(
+    k: S,
+    index: &ArchivedIndex,
+    b: usize,
+    c: i32,
+    prep: &Prepared,
+    s: &mut Scratch,
+) {
+    if c + k.box_lower_bound(bounds(&index.block_bounds[b]), prep) > s.threshold() {
+        return;
+    }
+    s.stats.blocks_scanned += 1;
+    let block = &index.blocks[b];
+    let start = block.first_slot.to_native() as usize;
+    let slots = block.n_slots.to_native() as usize;
+    s.stats.rows_scanned += slots as u32;
+    for g in start / GROUP_ROWS..(start + slots).div_ceil(GROUP_ROWS) {
+        let d = match &index.codes {
+            ArchivedCodes::I16(groups) => k.i16_group(i16_group(&groups[g]), prep, c),
+            ArchivedCodes::F16(groups) => k.f16_group(f16_group(&groups[g]), prep, c),
+        };
+        let t = s.threshold();
+        if d.iter().all(|&x| x > t) {
+            continue;
+        }
+        for (r, &x) in d.iter().enumerate() {
+            let slot = g * GROUP_ROWS + r;
+            if x <= s.threshold() && index.ids[slot].to_native() != PAD_ID {
+                s.offer(x, slot as u32);
             }
         }
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,0 +1,93 @@
+//! Where the handler's time goes on the public set: parse + vectorize vs search, and the work
+//! counters of the search (lists, blocks, rows) at p50/p90/p99.
+//!
+//! `cargo run --release -p function --features embedded-index --example search_stats [PROBE [lazy|prefault|hugepages|hot]]`
+
+use function::search::{SearchParams, Searcher};
+use function::{payload, vector};
+use std::io::Read;
+use std::time::Instant;
+
+fn main() {
+    let probe = std::env::args()
+        .nth(1)
+        .map_or(SearchParams::default().probe, |p| p.parse().unwrap());
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/test-data.json.gz"
+    );
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let bodies: Vec<Vec<u8>> = file["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::to_vec(&e["request"]).unwrap())
+        .collect();
+    let mode = std::env::args()
+        .nth(2)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_default();
+    let idx = function::index::load(mode).unwrap();
+    let searcher = Searcher::new(idx, SearchParams { probe });
+    let (mut parse, mut search, mut lists, mut blocks, mut rows) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..2 {
+        parse.clear();
+        search.clear();
+        for b in &bodies {
+            let t = Instant::now();
+            let q = vector::vectorize(&payload::parse(b).unwrap()).unwrap();
+            let t1 = Instant::now();
+            let (_, st) = searcher.nearest_with_stats(&q);
+            let t2 = Instant::now();
+            parse.push((t1 - t).as_nanos() as u64);
+            search.push((t2 - t1).as_nanos() as u64);
+            lists.push(st.lists_visited as u64);
+            blocks.push(st.blocks_scanned as u64);
+            rows.push(st.rows_scanned as u64);
+        }
+    }
+    let show = |name: &str, v: &mut Vec<u64>| {
+        v.sort_unstable();
+        let p = |x: f64| v[((v.len() as f64 * x) as usize).min(v.len() - 1)];
+        println!(
+            "{name:<16} p50 {:>8}  p90 {:>8}  p99 {:>8}  max {:>8}",
+            p(0.5),
+            p(0.9),
+            p(0.99),
+            v[v.len() - 1]
+        );
+    };
+    println!("probe {probe}, kernels {}", searcher.kernels_name());
+    // The same queries with a hot cache: each one repeated, keep the fastest run.
+    let mut hot = Vec::new();
+    for b in bodies.iter().take(5000) {
+        let q = vector::vectorize(&payload::parse(b).unwrap()).unwrap();
+        let best = (0..if std::env::args().nth(3).is_some_and(|a| a == "hot") {
+            200
+        } else {
+            10
+        })
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(searcher.frauds(&q));
+                t.elapsed().as_nanos() as u64
+            })
+            .min()
+            .unwrap();
+        hot.push(best);
+    }
+    show("hot search ns", &mut hot);
+    if std::env::args().nth(3).is_some_and(|a| a == "hot") {
+        return;
+    }
+    show("parse+vector ns", &mut parse);
+    show("search ns", &mut search);
+    show("lists", &mut lists);
+    show("blocks scanned", &mut blocks);
+    show("rows scanned", &mut rows);
+}

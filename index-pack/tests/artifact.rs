@@ -1,0 +1,176 @@
+//! The artifact format: round trip, determinism, and a clear error for every kind of damage.
+
+use index_pack::format::{self, CodecKind, FormatError, FOOTER_LEN, FORMAT_VERSION};
+use index_pack::layout::{self, LayoutParams, References};
+
+fn refs(n: usize) -> References {
+    let mut r = References::default();
+    let mut x: u64 = 7;
+    for i in 0..n {
+        let mut v = [0i16; 14];
+        for (d, c) in v.iter_mut().enumerate() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *c = match d {
+                9..=11 => ((x >> 40) % 2) as i16 * 10_000,
+                5 | 6 if i % 5 == 0 => -10_000,
+                _ => ((x >> 33) % 10_001) as i16,
+            };
+        }
+        r.vectors.push(v);
+        r.fraud.push(i % 3 == 0);
+    }
+    r
+}
+
+fn artifact(codec: CodecKind) -> Vec<u8> {
+    let r = refs(500);
+    let centroids: Vec<[f32; 14]> = r
+        .vectors
+        .iter()
+        .step_by(50)
+        .map(|v| v.map(|k| k as f32 / 1e4))
+        .collect();
+    let assignment: Vec<u32> = (0..r.vectors.len() as u32)
+        .map(|i| i % centroids.len() as u32)
+        .collect();
+    let params = LayoutParams {
+        codec,
+        block_rows: 16,
+        kmeans_iters: 0,
+        kmeans_seed: 0,
+    };
+    format::to_artifact(&layout::build(&r, &centroids, &assignment, &params))
+}
+
+fn open(bytes: &[u8]) -> Result<(), FormatError> {
+    let aligned = format::aligned_copy(bytes);
+    format::verify_deep(&aligned)?;
+    format::open(&aligned).map(|_| ())
+}
+
+#[test]
+fn round_trip_both_codecs() {
+    for codec in [CodecKind::I16, CodecKind::F16] {
+        let bytes = artifact(codec);
+        let aligned = format::aligned_copy(&bytes);
+        format::verify_deep(&aligned).unwrap();
+        let idx = format::open(&aligned).unwrap();
+        assert_eq!(idx.header.codec.native(), codec);
+        assert_eq!(idx.header.n_refs, 500);
+        assert_eq!(idx.header.format_version, FORMAT_VERSION);
+        // Every reference is stored exactly once, with its label.
+        let mut seen: Vec<u32> = idx
+            .ids
+            .iter()
+            .map(|i| i.to_native())
+            .filter(|&i| i != format::PAD_ID)
+            .collect();
+        seen.sort_unstable();
+        let want: Vec<u32> = (0..500u32)
+            .map(|i| (i << 1) | (i % 3 == 0) as u32)
+            .collect();
+        assert_eq!(seen, want);
+    }
+}
+
+#[test]
+fn packing_is_deterministic() {
+    assert_eq!(artifact(CodecKind::I16), artifact(CodecKind::I16));
+}
+
+#[test]
+fn truncated_file() {
+    let bytes = artifact(CodecKind::I16);
+    assert_eq!(open(&bytes[..10]), Err(FormatError::TooShort(10)));
+    let err = open(&bytes[..bytes.len() - 1]).unwrap_err();
+    assert_eq!(err, FormatError::BadMagic);
+    assert!(err
+        .to_string()
+        .contains("not a fraud index or it was truncated; rebuild it with index-pack"));
+    // Footer intact but archive cut: the declared length disagrees.
+    let mut cut = bytes[..100].to_vec();
+    cut.extend_from_slice(&bytes[bytes.len() - FOOTER_LEN..]);
+    assert!(matches!(
+        open(&cut),
+        Err(FormatError::Length { actual: 100, .. })
+    ));
+}
+
+#[test]
+fn wrong_version() {
+    let mut bytes = artifact(CodecKind::I16);
+    let at = bytes.len() - FOOTER_LEN + 8;
+    bytes[at..at + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let err = open(&bytes).unwrap_err();
+    assert_eq!(
+        err,
+        FormatError::Version {
+            found: FORMAT_VERSION + 1,
+            expected: FORMAT_VERSION
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "index artifact has format version {}, this program reads version {FORMAT_VERSION}: rebuild the index with this version of index-pack",
+            FORMAT_VERSION + 1
+        )
+    );
+}
+
+#[test]
+fn corrupted_byte_is_caught_by_the_checksum() {
+    let bytes = artifact(CodecKind::I16);
+    for at in [0, bytes.len() / 3, bytes.len() - FOOTER_LEN - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x40;
+        let err = open(&bad).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Checksum { .. }),
+            "byte {at}: {err}"
+        );
+        assert!(err
+            .to_string()
+            .ends_with("the file is corrupted; rebuild it"));
+    }
+}
+
+#[test]
+fn misaligned_buffer_is_refused() {
+    let bytes = artifact(CodecKind::I16);
+    let mut buf = rkyv::util::AlignedVec::<32>::new();
+    buf.push(0);
+    buf.extend_from_slice(&bytes);
+    assert_eq!(
+        format::open(&buf[1..]).err(),
+        Some(FormatError::Misaligned(1))
+    );
+}
+
+#[test]
+fn reference_domain_is_enforced() {
+    let mut v = [0.5f64; 14];
+    (v[9], v[10], v[11]) = (1.0, 0.0, 1.0);
+    assert!(layout::to_fixed(&v).is_ok());
+    v[9] = 0.5;
+    assert!(layout::to_fixed(&v)
+        .unwrap_err()
+        .to_string()
+        .contains("binary"));
+    v[9] = 0.0;
+    v[0] = -1.0;
+    assert!(layout::to_fixed(&v)
+        .unwrap_err()
+        .to_string()
+        .contains("outside [0, 1]"));
+    v[0] = 0.12345;
+    assert!(layout::to_fixed(&v)
+        .unwrap_err()
+        .to_string()
+        .contains("more than 4 decimals"));
+    v[0] = 0.1;
+    v[5] = -1.0;
+    assert_eq!(layout::to_fixed(&v).unwrap()[5], -10_000);
+}
