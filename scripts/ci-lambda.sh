@@ -58,6 +58,7 @@ api_port=$(lambda_free_port)
 rt_port=$(lambda_free_port)
 rie_log=$WORK/rie.log
 rie_pid=""
+cgroup=""
 descendants() { # $1 = pid; prints its descendants' pids (from /proc: procps may be missing)
   local c
   for c in $(awk -v pp="$1" '/^Pid:/ { pid = $2 } /^PPid:/ { if ($2 == pp) print pid }' /proc/[0-9]*/status 2> /dev/null); do
