@@ -15,7 +15,8 @@
 #
 # Settings: LAMBDA_REPLAY (payloads spread over the file, default 4000; the 645 edge cases
 # with exactly 3 frauds in 5 are always added), LAMBDA_SKIP_BUILD=1 (use the existing build),
-# LAMBDA_MEMORY_MB, LAMBDA_VENV (see scripts/lambda-common.sh). Results also go to
+# LAMBDA_UNIT_TESTS=1 (also run the bootstrap's unit tests: one more fat-LTO link, ~3 min),
+# LAMBDA_CPUS (see below), LAMBDA_MEMORY_MB, LAMBDA_VENV (see scripts/lambda-common.sh). Results also go to
 # target/lambda-ci/metrics.json.
 set -euo pipefail
 # shellcheck source=scripts/lambda-common.sh
@@ -48,6 +49,12 @@ if [ "${LAMBDA_SKIP_BUILD:-0}" = 1 ] && [ -x "$LAMBDA_OUT/bootstrap/bootstrap" ]
   ZIP=$LAMBDA_OUT/bootstrap.zip
 else
   lambda_build
+fi
+if [ "${LAMBDA_UNIT_TESTS:-0}" = 1 ]; then
+  # The adapter's unit tests (every event through lambda_http's own parser). Host build, not
+  # the static one: the crate's dev-dependencies (faiss) do not link statically.
+  lambda_build_env
+  check "bootstrap unit tests" env -u RUSTFLAGS cargo test --release -p function --features lambda --bin bootstrap
 fi
 read -r zipped unzipped < <(lambda_sizes)
 lambda_log "package: $ZIP $zipped bytes zipped, $unzipped bytes unzipped"
