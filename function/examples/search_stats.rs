@@ -31,10 +31,17 @@ fn main() {
         .nth(2)
         .and_then(|m| m.parse().ok())
         .unwrap_or_default();
-    let idx = function::index::load(mode).unwrap();
+    // INDEX_FILE=path compares another artifact (e.g. other packing parameters) with the same queries.
+    let file = std::env::var_os("INDEX_FILE")
+        .map(|p| index_pack::format::aligned_copy(&std::fs::read(p).unwrap()));
+    let idx = match &file {
+        Some(bytes) => index_pack::format::open(bytes).unwrap(),
+        None => function::index::load(mode).unwrap(),
+    };
     let searcher = Searcher::new(idx, SearchParams { probe });
     let (mut parse, mut search, mut lists, mut blocks, mut rows) =
         (vec![], vec![], vec![], vec![], vec![]);
+    let (mut boxes, mut bytes) = (vec![], vec![]);
     for _ in 0..2 {
         parse.clear();
         search.clear();
@@ -49,6 +56,9 @@ fn main() {
             lists.push(st.lists_visited as u64);
             blocks.push(st.blocks_scanned as u64);
             rows.push(st.rows_scanned as u64);
+            boxes.push(st.boxes_tested as u64);
+            // Bytes of index touched beyond the per-list tables: boxes and rows.
+            bytes.push(st.boxes_tested as u64 * 64 + st.rows_scanned as u64 * 24);
         }
     }
     let show = |name: &str, v: &mut Vec<u64>| {
@@ -90,4 +100,6 @@ fn main() {
     show("lists", &mut lists);
     show("blocks scanned", &mut blocks);
     show("rows scanned", &mut rows);
+    show("boxes tested", &mut boxes);
+    show("bytes touched", &mut bytes);
 }

@@ -65,6 +65,8 @@ impl Default for SearchParams {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub lists_visited: u32,
+    /// Super-block and block boxes tested.
+    pub boxes_tested: u32,
     pub blocks_scanned: u32,
     pub rows_scanned: u32,
 }
@@ -444,18 +446,22 @@ fn visit_list<S: Kernels>(
     let end = first + list.n_blocks.to_native() as usize;
     let first_super = list.first_super.to_native() as usize;
     for (sup, run) in (first..end).step_by(SUPER_BLOCKS).enumerate() {
+        s.stats.boxes_tested += 1;
         if c + k.box_lower_bound(bounds(&index.super_bounds[first_super + sup]), prep)
             > s.threshold()
         {
             continue;
         }
         for b in run..(run + SUPER_BLOCKS).min(end) {
-            scan_block(k, index, b, c, prep, s);
+            s.stats.boxes_tested += 1;
+            if c + k.box_lower_bound(bounds(&index.block_bounds[b]), prep) <= s.threshold() {
+                scan_block(k, index, b, c, prep, s);
+            }
         }
     }
 }
 
-/// Scans one block unless its box bound exceeds the threshold.
+/// Scans the rows of a block whose box passed.
 #[inline(always)]
 fn scan_block<S: Kernels>(
     k: S,
