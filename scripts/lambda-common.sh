@@ -26,7 +26,13 @@ lambda_tools() {
   local want=${1:-sam}
   if ! "$LAMBDA_VENV/bin/python" -c 'import samcli' 2>/dev/null; then
     lambda_log "installing aws-sam-cli into $LAMBDA_VENV"
-    python3 -m venv "$LAMBDA_VENV"
+    rm -rf "$LAMBDA_VENV"
+    if ! python3 -m venv "$LAMBDA_VENV"; then
+      # Debian's python3 ships venv separately.
+      rm -rf "$LAMBDA_VENV"
+      apt-get install -y -q python3-venv > /dev/null || { apt-get update -q > /dev/null && apt-get install -y -q python3-venv > /dev/null; }
+      python3 -m venv "$LAMBDA_VENV"
+    fi
     "$LAMBDA_VENV/bin/pip" install -q --disable-pip-version-check aws-sam-cli
   fi
   if [ "$want" = all ] && [ ! -x "$LAMBDA_VENV/bin/cargo-lambda" ]; then
