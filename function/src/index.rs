@@ -7,10 +7,11 @@
 //! - `Prefault`: reads every byte first (and checks the CRC32), so no request pays a page fault.
 //! - `HugePages`: copies the artifact into anonymous memory backed by 2 MiB transparent huge
 //!   pages (Linux; elsewhere it falls back to `Prefault`). The search jumps between lists
-//!   spread over ~90 MB, so with 4 KiB pages most list visits miss the TLB; measured on the
-//!   public set (search_stats example, same machine and run): hot-cache search p50 5.0 us with
-//!   huge pages vs 7.9 us without, cold p50 22.7 vs 28-30 us. It costs a copy at start (tens of
-//!   ms) and ~90 MB of anonymous memory.
+//!   spread over ~90 MB, so with 4 KiB pages most list visits miss the TLB. Measured on the
+//!   public set: with a hot cache (each query repeated) search p50 5.0-5.8 us vs 7.9-8.9 us with
+//!   4 KiB pages; replayed cold in file order (`local-runner verify --residency`) no measurable
+//!   change (p50 26-28 us either way), where cache misses dominate. It costs a copy at start
+//!   (tens of ms) and ~90 MB of anonymous memory, so it is not the default.
 //!
 //! The build script verified the CRC before embedding; `Prefault` and `HugePages` check it again
 //! on the bytes actually served.

@@ -38,6 +38,9 @@ enum Command {
         /// Print at most this many mismatching entries.
         #[arg(long, default_value_t = 10)]
         show: usize,
+        /// How the embedded index is made resident: lazy (zero-copy), prefault, hugepages.
+        #[arg(long, default_value = "lazy")]
+        residency: function::index::Residency,
     },
     /// Open the embedded index, answer one request, and print the time from exec.
     Selftest {
@@ -80,7 +83,7 @@ fn main() -> Result<()> {
     }
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Verify { file, index, show } => {
+        Command::Verify { file, index, show, residency } => {
             let owned;
             let idx = match &index {
                 Some(path) => {
@@ -90,7 +93,7 @@ fn main() -> Result<()> {
                     format::verify_deep(&owned)?;
                     format::open(&owned)?
                 }
-                None => function::index::open()?,
+                None => function::index::load(residency)?,
             };
             let searcher = Searcher::new(idx, SearchParams::default());
             eprintln!(
