@@ -83,7 +83,12 @@ fn main() -> Result<()> {
     }
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Verify { file, index, show, residency } => {
+        Command::Verify {
+            file,
+            index,
+            show,
+            residency,
+        } => {
             let owned;
             let idx = match &index {
                 Some(path) => {

@@ -64,7 +64,8 @@ pub fn detection_score(n: u64, fp: u64, fn_: u64, errors: u64) -> f64 {
 
 /// Reads a test file (gzip when it ends in .gz).
 fn read(path: &Path) -> Result<TestFile> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut text = String::new();
     if path.extension().is_some_and(|e| e == "gz") {
         flate2::read::GzDecoder::new(file).read_to_string(&mut text)
@@ -72,11 +73,17 @@ fn read(path: &Path) -> Result<TestFile> {
         std::io::BufReader::new(file).read_to_string(&mut text)
     }
     .with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not a contest test file", path.display()))
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a contest test file", path.display()))
 }
 
 /// Replays `path`; prints progress lines for the human and returns the report.
-pub fn run(scorer: &Scorer, path: &Path, source_sha256: &str, show_mismatches: usize) -> Result<Report> {
+pub fn run(
+    scorer: &Scorer,
+    path: &Path,
+    source_sha256: &str,
+    show_mismatches: usize,
+) -> Result<Report> {
     let file = read(path)?;
     if let Some(expected) = &file.references_checksum_sha256 {
         if !expected.eq_ignore_ascii_case(source_sha256) {
@@ -95,7 +102,9 @@ pub fn run(scorer: &Scorer, path: &Path, source_sha256: &str, show_mismatches: u
         let resp = scorer.handle("POST", "/fraud-score", body);
         lat.push(t.elapsed().as_nanos() as u64);
         r.total += 1;
-        let answer = (resp.status == 200).then(|| serde_json::from_str::<Answer>(&resp.body).ok()).flatten();
+        let answer = (resp.status == 200)
+            .then(|| serde_json::from_str::<Answer>(&resp.body).ok())
+            .flatten();
         let Some(a) = answer else {
             r.errors += 1;
             if shown < show_mismatches {
@@ -113,13 +122,18 @@ pub fn run(scorer: &Scorer, path: &Path, source_sha256: &str, show_mismatches: u
         if (a.fraud_score - e.expected_fraud_score).abs() > 1e-9 {
             r.score_mismatches += 1;
             if shown < show_mismatches {
-                eprintln!("entry {i}: fraud_score {} expected {}", a.fraud_score, e.expected_fraud_score);
+                eprintln!(
+                    "entry {i}: fraud_score {} expected {}",
+                    a.fraud_score, e.expected_fraud_score
+                );
                 shown += 1;
             }
         }
     }
     lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] as f64 / 1000.0;
+    let pct = |p: f64| {
+        lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] as f64 / 1000.0
+    };
     r.p50_us = pct(0.50);
     r.p99_us = pct(0.99);
     r.detection_score = detection_score(r.total, r.fp, r.fn_, r.errors);
