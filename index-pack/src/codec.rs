@@ -56,11 +56,3 @@ pub fn decode_lane(codes: &ArchivedCodes, slot: usize, lane: usize) -> f64 {
         ArchivedCodes::F16(groups) => f16::from_bits(groups[g].lanes[lane][r].to_native()).to_f64(),
     }
 }
-
-/// Number of slots the codes cover.
-pub fn slots(codes: &ArchivedCodes) -> usize {
-    match codes {
-        ArchivedCodes::I16(g) => g.len() * GROUP_ROWS,
-        ArchivedCodes::F16(g) => g.len() * GROUP_ROWS,
-    }
-}
