@@ -133,39 +133,42 @@ impl<'a> Searcher<'a> {
 
     /// Number of frauds among the 5 nearest.
     pub fn frauds(&self, q: &[i16; DIMS]) -> usize {
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            self.run(q, &mut s);
-            s.finish(self.index, q);
+        self.with_answer(q, |s| {
             s.cands
                 .iter()
                 .take(K)
-                .filter(|c| self.index.ids[c.slot as usize].to_native() & 1 == 1)
+                .filter(|c| self.decode(c).fraud)
                 .count()
         })
     }
 
     /// As [`Searcher::nearest`], with work counters.
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
+        self.with_answer(q, |s| {
+            (
+                s.cands.iter().take(K).map(|c| self.decode(c)).collect(),
+                s.stats,
+            )
+        })
+    }
+
+    /// Runs the search in this thread's scratch and hands the ordered candidates to `f`.
+    fn with_answer<R>(&self, q: &[i16; DIMS], f: impl FnOnce(&Scratch) -> R) -> R {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             self.run(q, &mut s);
             s.finish(self.index, q);
-            let out = s
-                .cands
-                .iter()
-                .take(K)
-                .map(|c| {
-                    let id = self.index.ids[c.slot as usize].to_native();
-                    Neighbour {
-                        index: id >> 1,
-                        fraud: id & 1 == 1,
-                        distance: c.dist as i64,
-                    }
-                })
-                .collect();
-            (out, s.stats)
+            f(&s)
         })
+    }
+
+    fn decode(&self, c: &Cand) -> Neighbour {
+        let id = self.index.ids[c.slot as usize].to_native();
+        Neighbour {
+            index: id >> 1,
+            fraud: id & 1 == 1,
+            distance: c.dist as i64,
+        }
     }
 
     fn run(&self, q: &[i16; DIMS], s: &mut Scratch) {
