@@ -11,8 +11,8 @@
 
 use crate::codec::{self, RowLanes};
 use crate::format::{
-    Block, Bounds, BoundsGroup, CodecKind, Header, I16Group, Index, List, DIMS, FORMAT_VERSION,
-    GROUP_ROWS, KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
+    Block, Bounds, BoundsGroup, CodecKind, Header, Index, List, DIMS, FORMAT_VERSION, GROUP_ROWS,
+    KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -202,13 +202,12 @@ pub fn build(
         });
         list_centroid_lanes.push([0; LANES]);
     }
-    let list_centroids = list_centroid_lanes
-        .chunks_exact(GROUP_ROWS)
-        .map(|c| match codec::encode(CodecKind::I16, c) {
-            crate::format::Codes::I16(mut g) => g.pop().unwrap(),
-            crate::format::Codes::F16(_) => unreachable!(),
-        })
-        .collect::<Vec<I16Group>>();
+    // The centroids use the i16 row layout, so the list pass reuses the row kernel.
+    let crate::format::Codes::I16(list_centroids) =
+        codec::encode(CodecKind::I16, &list_centroid_lanes)
+    else {
+        unreachable!("the i16 codec yields i16 groups")
+    };
     let list_bounds = list_boxes
         .chunks_exact(GROUP_ROWS)
         .map(bounds_group)
