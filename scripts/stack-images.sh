@@ -54,7 +54,7 @@ build_haproxy() {
   ver=$("$hap" -v | sed -n 's/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')
   [ "$ver" = 2.6 ] || die "Debian's haproxy is $ver; docker-compose.yml names haproxy:2.6 (change both together)"
   local ctx=$WORK/haproxy stage=$WORK/haproxy/rootfs
-  rm -rf "$stage" && mkdir -p "$stage/usr/local/sbin" "$stage/usr/local/etc/haproxy" "$stage/etc" "$stage/var/lib/haproxy" "$stage/tmp"
+  rm -rf "$stage" && mkdir -p "$stage/usr/local/sbin" "$stage/usr/local/etc/haproxy" "$stage/etc" "$stage/var/lib/haproxy" "$stage/tmp" "$stage/sock"
   cp "$hap" "$stage/usr/local/sbin/haproxy"
   # Every library ldd lists (and the loader), at the same paths, symlinks resolved.
   local lib
@@ -65,7 +65,9 @@ build_haproxy() {
   cp "$ROOT/docker/haproxy/haproxy.cfg" "$stage/usr/local/etc/haproxy/haproxy.cfg"
   printf 'root:x:0:0:root:/root:/nonexistent\nhaproxy:x:99:99:haproxy:/var/lib/haproxy:/nonexistent\n' >"$stage/etc/passwd"
   printf 'root:x:0:\nhaproxy:x:99:\n' >"$stage/etc/group"
-  chmod 1777 "$stage/tmp"
+  # /sock as in the API image (1777), so the shared volume gets the same mode whichever
+  # container mounts it first.
+  chmod 1777 "$stage/tmp" "$stage/sock"
   tar --numeric-owner --owner=0 --group=0 --mtime=@0 --sort=name -C "$stage" -cf "$ctx/rootfs.tar" .
   cp "$ROOT/docker/haproxy/Dockerfile" "$ctx/Dockerfile"
   docker build -q -t haproxy:2.6 "$ctx" >/dev/null

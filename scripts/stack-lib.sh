@@ -125,3 +125,112 @@ for r in after:
     print("%-8s %5.2f %8s %9s %7s %4s | %24s %7s %9s %8s" % (r["service"], r["nano_cpus"] / 1e9, mb(num(r["memory_limit"])), mb(num(r["memory_peak"])), r["memory_failcnt"], r["oom_kill"], delta(r, "cpu_used_ms"), delta(r, "nr_periods"), delta(r, "nr_throttled"), "NA" if thr is None else "%.1f" % (thr / 1000)))
 ' "$1" "$2"
 }
+
+# Brings the contest stack up from nothing and waits until both APIs say they are warm and
+# /ready answers 200 through HAProxy (then 2.5 s more, so both servers have passed `rise 2`).
+stack_up() {
+  local t0 svc i
+  "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+  t0=$(date +%s.%N)
+  "${COMPOSE[@]}" up -d 2>&1 | sed 's/^/  /' >&2
+  for svc in api1 api2; do
+    for ((i = 0; i < 240; i++)); do
+      "${COMPOSE[@]}" logs --no-color "$svc" 2>/dev/null | grep -q "warm-up done; ready" && break
+      sleep 0.25
+    done
+    "${COMPOSE[@]}" logs --no-color "$svc" 2>/dev/null | grep -q "warm-up done; ready" || {
+      "${COMPOSE[@]}" logs --no-color --tail=30 >&2
+      die "$svc did not become ready in 60 s"
+    }
+  done
+  wait_http_200 /ready 30 || die "/ready through HAProxy did not answer 200 in 30 s"
+  sleep 2.5
+  log "stack ready in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+}
+
+# Container id of a service of the running stack.
+stack_id() { "${COMPOSE[@]}" ps -q "$1"; }
+
+# Host path of the shared socket volume (api1.sock, api2.sock, haproxy.sock).
+sock_dir() { docker volume inspect -f '{{.Mountpoint}}' fraudstack_sockets; }
+
+# `docker inspect` line per container: restarts, OOM kill, running.
+container_states() {
+  # shellcheck disable=SC2046
+  docker inspect -f '{{.Name}} restarts={{.RestartCount}} oomkilled={{.State.OOMKilled}} running={{.State.Running}} exit={{.State.ExitCode}}' $("${COMPOSE[@]}" ps -q) | tr '\n' ' '
+}
+
+# Samples the stack every $2 seconds (default 0.1) until killed, one JSON line per sample to $1:
+#   t (epoch ms); per server of HAProxy's backend (stats socket, `show stat`): status, check
+#   status, current/total sessions, queue; per API: the status of GET /ready asked directly on
+#   its Unix socket (bypassing HAProxy), or "refused"/"absent"/"timeout"; HAProxy's frontend
+#   current sessions; with MON_MEM="svc=cgroup-dir ..." also each container's memory usage (MB).
+# Run it in the background and kill it by its pid.
+stack_monitor() { # out-file [interval]
+  local dir
+  dir=$(sock_dir)
+  /usr/bin/python3 - "$dir" "$1" "${2:-0.1}" "${MON_MEM:-}" <<'PY'
+import json, os, socket, sys, time
+d, out, every = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mem = dict(x.split("=", 1) for x in sys.argv[4].split())
+def ask(path, data, timeout=0.3):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        s.sendall(data)
+        buf = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            buf += b
+            if data.startswith(b"GET") and b"\r\n\r\n" in buf:
+                break
+        return buf
+    finally:
+        s.close()
+def ready(name):
+    p = os.path.join(d, name + ".sock")
+    if not os.path.exists(p):
+        return "absent"
+    try:
+        r = ask(p, b"GET /ready HTTP/1.1\r\nHost: monitor\r\nConnection: close\r\n\r\n")
+        return int(r.split(b" ", 2)[1]) if r.startswith(b"HTTP/") else "empty"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        return type(e).__name__
+with open(out, "a", buffering=1) as f:
+    while True:
+        t = time.time()
+        rec = {"t": int(t * 1000)}
+        try:
+            csv = ask(os.path.join(d, "haproxy.sock"), b"show stat\n").decode()
+            lines = csv.splitlines()
+            hdr = lines[0].lstrip("# ").split(",")
+            for l in lines[1:]:
+                row = dict(zip(hdr, l.split(",")))
+                if row.get("pxname") == "apis" and row.get("svname") in ("api1", "api2"):
+                    rec[row["svname"]] = {k: row.get(k) for k in ("status", "check_status", "scur", "stot", "qcur", "eresp", "econ", "wretr", "wredis")}
+                elif row.get("pxname") == "apis" and row.get("svname") == "BACKEND":
+                    rec["backend"] = {k: row.get(k) for k in ("scur", "qcur", "qmax", "stot", "econ", "eresp", "dcon")}
+                elif row.get("pxname") == "fraud" and row.get("svname") == "FRONTEND":
+                    rec["frontend"] = {k: row.get(k) for k in ("scur", "smax", "stot", "ereq", "dcon")}
+        except Exception as e:  # HAProxy down or restarting: record it, keep sampling
+            rec["haproxy_error"] = type(e).__name__
+        rec["ready"] = {n: ready(n) for n in ("api1", "api2")}
+        if mem:
+            m = {}
+            for svc, cg in mem.items():
+                try:
+                    m[svc] = round(int(open(os.path.join(cg, "memory.usage_in_bytes")).read()) / 2**20, 1)
+                except OSError:
+                    m[svc] = None
+            rec["mem_mb"] = m
+        f.write(json.dumps(rec) + "\n")
+        time.sleep(max(0.0, every - (time.time() - t)))
+PY
+}

@@ -32,23 +32,7 @@ teardown() {
 }
 mkdir -p "$RESULTS"
 trap teardown EXIT
-"${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-t0=$(date +%s.%N)
-"${COMPOSE[@]}" up -d 2>&1 | sed 's/^/  /' >&2
-# Both APIs warm (their log says so), then HAProxy needs `rise 2` checks to put them in rotation.
-for svc in api1 api2; do
-  for ((i = 0; i < 240; i++)); do
-    "${COMPOSE[@]}" logs --no-color "$svc" 2>/dev/null | grep -q "warm-up done; ready" && break
-    sleep 0.25
-  done
-  "${COMPOSE[@]}" logs --no-color "$svc" 2>/dev/null | grep -q "warm-up done; ready" || {
-    "${COMPOSE[@]}" logs --no-color --tail=30 >&2
-    die "$svc did not become ready in 60 s"
-  }
-done
-wait_http_200 /ready 30 || die "/ready through HAProxy did not answer 200 in 30 s"
-sleep 2.5
-log "stack ready in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+stack_up
 "$ROOT/scripts/stack-check.sh" --running >&2
 
 before=$(container_stats COMPOSE haproxy api1 api2)
@@ -62,7 +46,7 @@ k6_rc=$?
 set -e
 after=$(container_stats COMPOSE haproxy api1 api2)
 print_stats "$before" "$after"
-restarts=$(docker inspect -f '{{.Name}} restarts={{.RestartCount}} oomkilled={{.State.OOMKilled}} running={{.State.Running}}' $("${COMPOSE[@]}" ps -q) | tr '\n' ' ')
+restarts=$(container_states)
 log "containers: $restarts"
 python3 - "$summary" "$RESULTS/$stamp-$mode.json" "$before" "$after" "$restarts" <<'PY'
 import json, sys
