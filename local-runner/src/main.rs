@@ -10,14 +10,15 @@
 //! and the orchestrator restarts it. The workspace profile keeps `panic = "unwind"` on purpose
 //! (see the workspace Cargo.toml), so the hook does it.
 
-mod serve;
-mod verify;
-
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use function::{Scorer, SearchParams, Searcher};
 use index_pack::format;
+#[cfg(feature = "embedded-index")]
+use local_runner::serve;
+use local_runner::verify;
 use std::path::PathBuf;
+#[cfg(feature = "embedded-index")]
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -33,22 +34,26 @@ enum Command {
     Verify {
         file: PathBuf,
         /// Use this artifact instead of the embedded index (e.g. an fp16 one from index-pack).
+        /// Required when built without the `embedded-index` feature.
         #[arg(long)]
         index: Option<PathBuf>,
         /// Print at most this many mismatching entries.
         #[arg(long, default_value_t = 10)]
         show: usize,
         /// How the embedded index is made resident: lazy (zero-copy), prefault, hugepages.
+        #[cfg(feature = "embedded-index")]
         #[arg(long, default_value = "lazy")]
         residency: function::index::Residency,
     },
     /// Open the embedded index, answer one request, and print the time from exec.
+    #[cfg(feature = "embedded-index")]
     Selftest {
         /// Read every page of the index (and check its CRC32) before answering.
         #[arg(long)]
         prefault: bool,
     },
     /// Serve the handler over HTTP/1.1 (one single-threaded event loop) until SIGTERM.
+    #[cfg(feature = "embedded-index")]
     Serve(serve::ServeArgs),
 }
 
@@ -62,6 +67,7 @@ fn install_abort_on_panic() {
     }));
 }
 
+#[cfg(feature = "embedded-index")]
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("FRAUD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
@@ -72,21 +78,24 @@ fn init_logging() {
         .init();
 }
 
+#[cfg(feature = "embedded-index")]
 /// An example request from the contest documentation (a legit one).
 const EXAMPLE: &str = r#"{"id":"tx-1","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
 
 fn main() -> Result<()> {
     install_abort_on_panic();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Serve(_)) {
-        init_logging();
-    }
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        #[cfg(feature = "embedded-index")]
+        Command::Serve(args) => {
+            init_logging();
+            serve::run(args)
+        }
         Command::Verify {
             file,
             index,
             show,
+            #[cfg(feature = "embedded-index")]
             residency,
         } => {
             let owned;
@@ -98,7 +107,10 @@ fn main() -> Result<()> {
                     format::verify_deep(&owned)?;
                     format::open(&owned)?
                 }
+                #[cfg(feature = "embedded-index")]
                 None => function::index::load(residency)?,
+                #[cfg(not(feature = "embedded-index"))]
+                None => anyhow::bail!("built without the embedded index: pass --index FILE"),
             };
             let searcher = Searcher::new(idx, SearchParams::default());
             eprintln!(
@@ -132,6 +144,7 @@ fn main() -> Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        #[cfg(feature = "embedded-index")]
         Command::Selftest { prefault } => {
             let t = Instant::now();
             if prefault {

@@ -44,15 +44,20 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "embedded-index")]
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
+#[cfg(feature = "embedded-index")]
 use tokio::net::{TcpListener, UnixListener};
-use tracing::{debug, info, warn};
+use tracing::debug;
+#[cfg(feature = "embedded-index")]
+use tracing::{info, warn};
 
 /// Command-line and environment settings of `serve`.
 #[derive(clap::Args, Debug, Clone)]
@@ -122,6 +127,7 @@ impl std::str::FromStr for Endpoint {
 static READY: AtomicBool = AtomicBool::new(false);
 
 /// Entry point of `local-runner serve`: builds the one-thread runtime and runs until SIGTERM.
+#[cfg(feature = "embedded-index")]
 pub fn run(args: ServeArgs) -> Result<()> {
     let endpoint: Endpoint = args.listen.parse()?;
     let scorer = function::embedded_scorer().context("cannot open the embedded index")?;
@@ -139,11 +145,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     ))
 }
 
+#[cfg(feature = "embedded-index")]
 enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
+#[cfg(feature = "embedded-index")]
 impl Listener {
     fn bind(endpoint: &Endpoint) -> Result<Listener> {
         match endpoint {
@@ -174,6 +182,7 @@ impl Listener {
     }
 }
 
+#[cfg(feature = "embedded-index")]
 async fn serve(
     endpoint: Endpoint,
     scorer: Scorer<'static>,
@@ -183,7 +192,9 @@ async fn serve(
     let listener = Listener::bind(&endpoint)?;
     info!(?endpoint, ?limits, "listening; warming up");
     let warm = tokio::spawn(warm_up(scorer, warmup_queries));
-    let graceful = GracefulShutdown::new();
+    // Shutdown broadcast: connections watch the receiver; once every connection task has dropped
+    // its clone, `closed()` resolves, which is how the drain below knows they are all done.
+    let (shutdown, watch) = tokio::sync::watch::channel(());
 
     let signal = shutdown_signal();
     tokio::pin!(signal);
@@ -197,7 +208,7 @@ async fn serve(
                 },
                 scorer,
                 limits,
-                &graceful,
+                &watch,
                 signal.as_mut(),
             )
             .await
@@ -207,7 +218,7 @@ async fn serve(
                 || async { Ok(l.accept().await?.0) },
                 scorer,
                 limits,
-                &graceful,
+                &watch,
                 signal.as_mut(),
             )
             .await
@@ -219,34 +230,31 @@ async fn serve(
         let _ = std::fs::remove_file(path);
     }
     drop(listener);
+    drop(watch);
     let t = Instant::now();
+    // Tell every connection to finish its current request and close (idle ones close at once).
+    let _ = shutdown.send(());
     tokio::select! {
-        () = graceful.shutdown() => info!(elapsed_ms = t.elapsed().as_millis() as u64, "drained; exiting"),
+        () = shutdown.closed() => info!(elapsed_ms = t.elapsed().as_millis() as u64, "drained; exiting"),
         () = tokio::time::sleep(limits.drain) => warn!(drain_ms = limits.drain.as_millis() as u64, "connections still busy after the drain time; exiting anyway"),
     }
     result
 }
 
 /// Accepts connections until `signal` fires; each connection is one task on this thread.
+#[cfg(feature = "embedded-index")]
 async fn accept_loop<S, F, Fut>(
     mut accept: F,
     scorer: Scorer<'static>,
     limits: Limits,
-    graceful: &GracefulShutdown,
-    mut signal: std::pin::Pin<&mut impl std::future::Future<Output = &'static str>>,
+    watch: &tokio::sync::watch::Receiver<()>,
+    mut signal: std::pin::Pin<&mut impl Future<Output = &'static str>>,
 ) -> Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::io::Result<S>>,
+    Fut: Future<Output = std::io::Result<S>>,
 {
-    let mut builder = http1::Builder::new();
-    builder
-        .keep_alive(true)
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        // Answers to pipelined requests go out in one write.
-        .pipeline_flush(true);
     loop {
         let stream = tokio::select! {
             biased;
@@ -264,14 +272,58 @@ where
                 }
             },
         };
-        let service = service_fn(move |req| answer(req, scorer, limits));
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let mut watch = watch.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let stop = async {
+                let _ = watch.changed().await;
+            };
+            if let Err(e) = serve_connection_until(stream, scorer, limits, stop).await {
                 debug!(error = %e, "connection ended with an error");
             }
+            // `watch` is dropped only here, after the connection is finished (see `serve`).
         });
     }
+}
+
+/// Serves one HTTP/1.1 connection (keep-alive, pipelining) on any byte stream until the client
+/// closes it or a limit ends it. This is exactly what the server does for each accepted socket.
+pub async fn serve_connection<IO>(
+    io: IO,
+    scorer: Scorer<'static>,
+    limits: Limits,
+) -> Result<(), hyper::Error>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    serve_connection_until(io, scorer, limits, std::future::pending()).await
+}
+
+/// [`serve_connection`], and once `stop` resolves: finish the request in flight, then close.
+pub async fn serve_connection_until<IO>(
+    io: IO,
+    scorer: Scorer<'static>,
+    limits: Limits,
+    stop: impl Future<Output = ()>,
+) -> Result<(), hyper::Error>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| answer(req, scorer, limits));
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        // Answers to pipelined requests go out in one write.
+        .pipeline_flush(true)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::pin!(stop);
+    tokio::select! {
+        r = conn.as_mut() => return r,
+        () = &mut stop => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    conn.await
 }
 
 /// One request: read the body (bounded), hand it to the scorer, wrap the answer.
@@ -334,6 +386,7 @@ fn reply(
     resp
 }
 
+#[cfg(feature = "embedded-index")]
 /// Reads every index page (blocking thread), then runs varied queries on the loop thread so the
 /// search scratch, branch predictors and caches of *this* thread are warm. Then `/ready` says 200.
 async fn warm_up(scorer: Scorer<'static>, queries: usize) {
@@ -378,6 +431,7 @@ async fn warm_up(scorer: Scorer<'static>, queries: usize) {
 
 /// A deterministic spread of valid requests (amounts, hours, distances, with and without a last
 /// transaction) so warm-up visits many lists of the index, not one.
+#[cfg(feature = "embedded-index")]
 fn warmup_body(i: usize) -> String {
     let mccs = [
         "5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999", "1234",
@@ -413,6 +467,7 @@ fn warmup_body(i: usize) -> String {
 }
 
 /// Resolves on SIGTERM or SIGINT with the signal's name.
+#[cfg(feature = "embedded-index")]
 async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
@@ -450,6 +505,7 @@ mod tests {
         assert!("localhost:80".parse::<Endpoint>().is_err());
     }
 
+    #[cfg(feature = "embedded-index")]
     #[test]
     fn warmup_bodies_are_valid_requests() {
         for i in 0..200 {
