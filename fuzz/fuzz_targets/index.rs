@@ -1,0 +1,133 @@
+//! Index artifacts: `format::open` on damaged artifacts, then searches on whatever it accepts.
+//!
+//! `open` validates the rkyv archive and the table sizes "so the search can index them
+//! without checks failing at query time" (index-pack/src/format.rs). This target holds it to
+//! that: the input edits the fixture's valid artifact (byte overwrites at chosen offsets, a
+//! length change), and an artifact that opens must answer searches without a panic. Run with
+//! AddressSanitizer (cargo fuzz's default), it also watches the search's unsafe layout casts and
+//! the AVX2 kernels on arbitrary row, bound and centroid values.
+#![no_main]
+
+use arbitrary::{Arbitrary, Unstructured};
+use fraud_fuzz::fixture;
+use function::search::{SearchParams, Searcher};
+use index_pack::format::{self, ArchivedCodes, ArchivedIndex, LANES};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+struct Edit {
+    /// Where to write, as a fraction of the artifact length (u16 / 65536).
+    at: u16,
+    bytes: Vec<u8>,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    edits: Vec<Edit>,
+    /// Bytes cut from the end (only the archive, the footer is rewritten when `fix_footer`).
+    cut: u16,
+    /// Recompute the footer (length, CRC32) after the edits, as a packer bug would.
+    fix_footer: bool,
+    queries: Vec<[i16; 14]>,
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    let good = fixture().i16_artifact;
+    let footer_len = format::FOOTER_LEN;
+    let mut archive = good[..good.len() - footer_len].to_vec();
+    for e in &input.edits {
+        let at = (e.at as usize * archive.len()) >> 16;
+        let end = (at + e.bytes.len()).min(archive.len());
+        archive[at..end].copy_from_slice(&e.bytes[..end - at]);
+    }
+    archive.truncate(archive.len().saturating_sub(input.cut as usize));
+    let mut artifact = archive.clone();
+    if input.fix_footer {
+        let footer = format::Footer {
+            format_version: format::FORMAT_VERSION,
+            archive_len: archive.len() as u64,
+            crc32: 0,
+        };
+        artifact.extend_from_slice(&footer.to_bytes());
+    } else {
+        artifact.extend_from_slice(&good[good.len() - footer_len..]);
+    }
+    let aligned = format::aligned_copy(&artifact);
+    let Ok(index) = format::open(&aligned) else {
+        return;
+    };
+    let _ = format::verify_deep(&aligned);
+    if !values_in_domain(index) {
+        return;
+    }
+    // Queries from the vectorizer's domain: [0, 10000], dims 5 and 6 also -10000, binary dims.
+    let mut queries: Vec<[i16; 14]> = input
+        .queries
+        .iter()
+        .map(|q| {
+            let mut v = q.map(|x| x.rem_euclid(10_001));
+            for d in [9, 10, 11] {
+                v[d] = if v[d] % 2 == 1 { 10_000 } else { 0 };
+            }
+            if q[5] < 0 {
+                v[5] = -10_000;
+                v[6] = -10_000;
+            }
+            v
+        })
+        .collect();
+    queries.push([0; 14]);
+    for q in &queries {
+        for s in [
+            Searcher::new(index, SearchParams::default()),
+            Searcher::scalar(index, SearchParams { probe: 0 }),
+        ] {
+            let got = s.nearest(q);
+            assert!(got.len() <= function::search::K);
+        }
+    }
+});
+
+/// The search's precondition on values, which `open` deliberately does not check (it reads no
+/// rows; the CRC32 in `verify_deep` protects them): every lane within its dimension's range
+/// and padding lanes 0, so that no distance can overflow `i32` (kernels.rs). An artifact
+/// outside it is not searched; the target still checks that opening it does not misbehave.
+fn values_in_domain(index: &ArchivedIndex) -> bool {
+    // Row lanes 5 and 6 (dims 5 and 6) hold the -1 sentinel; lanes from 11 on are padding.
+    let ok = |lane: usize, v: f32| match lane {
+        5 | 6 => (-10_000.0..=10_000.0).contains(&v),
+        l if l < LANES - 1 => (0.0..=10_000.0).contains(&v),
+        _ => v == 0.0,
+    };
+    let pairs_ok = |pairs: &[[rkyv::rend::i16_le; 16]]| {
+        pairs.iter().enumerate().all(|(p, pair)| {
+            pair.iter()
+                .enumerate()
+                .all(|(i, x)| ok(2 * p + i % 2, x.to_native() as f32))
+        })
+    };
+    let box_ok = |lo: &[rkyv::rend::i16_le; 16], hi: &[rkyv::rend::i16_le; 16]| {
+        (0..16).all(|l| ok(l, lo[l].to_native() as f32) && ok(l, hi[l].to_native() as f32))
+    };
+    index.list_centroids.iter().all(|g| pairs_ok(&g.pairs))
+        && index
+            .list_bounds
+            .iter()
+            .all(|g| pairs_ok(&g.lo) && pairs_ok(&g.hi))
+        && index.block_bounds.iter().all(|b| box_ok(&b.lo, &b.hi))
+        && index.super_bounds.iter().all(|b| box_ok(&b.lo, &b.hi))
+        && match &index.codes {
+            ArchivedCodes::I16(groups) => groups.iter().all(|g| pairs_ok(&g.pairs)),
+            ArchivedCodes::F16(groups) => groups.iter().all(|g| {
+                g.lanes.iter().enumerate().all(|(l, lane)| {
+                    lane.iter().all(|x| {
+                        let v = half::f16::from_bits(x.to_native()).to_f32() * 10_000.0;
+                        v.is_finite() && ok(l, v)
+                    })
+                })
+            }),
+        }
+}
