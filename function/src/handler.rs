@@ -21,6 +21,9 @@ use std::borrow::Cow;
 /// The JSON content type of every answer.
 pub const JSON: &str = "application/json";
 
+/// Longest error message returned, in characters (longer ones are cut and end in `...`).
+pub const MAX_ERROR_CHARS: usize = 200;
+
 /// A response, ready for any transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
@@ -42,6 +45,12 @@ impl Response {
     }
 
     fn error(status: u16, message: &str) -> Response {
+        // serde's messages quote the offending value, which the client chose (up to the body
+        // limit): keep the field and the reason, cut the echo.
+        let message = match message.char_indices().nth(MAX_ERROR_CHARS) {
+            Some((cut, _)) => Cow::Owned(format!("{}...", &message[..cut])),
+            None => Cow::Borrowed(message),
+        };
         Response::json(
             status,
             Cow::Owned(serde_json::json!({ "error": message }).to_string()),

@@ -1,14 +1,21 @@
 //! `serve`: the fraud handler over HTTP/1.1 (keep-alive), on a Unix socket or a TCP address.
 //!
 //! This module only moves bytes between a socket and [`function::Scorer::handle`]; it decides
-//! nothing about a request except the transport-level answers listed here:
+//! nothing about a request except the transport-level answers listed here (the whole matrix of
+//! hostile input, with tests, is docs/HOSTILE.md):
 //!
-//! | situation                                   | answer |
-//! |---------------------------------------------|--------|
-//! | `GET`/`HEAD /ready` before warm-up finished | 503 `{"ready":false}` |
-//! | body longer than `--max-body-bytes`         | 413 `{"error":"body too large"}` |
-//! | body cannot be read (client went away, ...) | 400 `{"error":"cannot read body"}` |
-//! | everything else                             | whatever the handler says |
+//! | situation                                              | answer |
+//! |--------------------------------------------------------|--------|
+//! | `GET`/`HEAD /ready` before warm-up finished            | 503 `{"ready":false}` |
+//! | body longer than `--max-body-bytes`                    | 413 `{"error":"body too large"}`, then close |
+//! | body not complete within `--body-timeout-ms`           | 408 `{"error":"body not received in time"}`, then close |
+//! | body cannot be read (bad chunked framing, ...)         | connection closed (hyper ends it) |
+//! | request head not complete within `--header-timeout-ms` | connection closed (also ends idle keep-alive) |
+//! | malformed request line or headers                      | 400 (hyper), then close |
+//! | head over 16 KiB or over 100 headers                   | connection closed (hyper 1.12 sends no 431) |
+//! | `--max-connections` already open                       | 503 `{"error":"too many connections"}`, then close |
+//! | answers not read by the client for `--body-timeout-ms` | connection closed |
+//! | everything else                                        | whatever the handler says |
 //!
 //! ## Shape (why one thread)
 //! One process = one single-threaded event loop (tokio current-thread runtime + hyper 1). The
@@ -27,10 +34,12 @@
 //!    keep-alive connections are closed at once), remove the socket file, exit 0. Connections
 //!    still busy after `--drain-ms` are dropped.
 //!
-//! ## Plug-in points for hostile input / overload work (issue 4)
-//! All transport limits live in [`Limits`]: body size (413), header read timeout (slow or
-//! silent clients), drain time. A cap on concurrent connections or an idle timeout would go in
-//! [`Limits`] too and be enforced in [`accept_loop`]. Instance loss is the balancer's business
+//! ## Bounded resources
+//! Every connection is bounded in time (head, body and stalled writes each have a deadline; an
+//! idle keep-alive connection is closed after the head timeout) and in memory (16 KiB of read
+//! buffer, `--max-body-bytes` of body), and there are at most `--max-connections` of them, so a
+//! flood of idle or slow clients costs a bounded amount of memory (about 30 KiB per connection)
+//! and is shed with a fast 503 instead of queueing. Instance loss is the balancer's business
 //! (health checks and retries in `docker/haproxy/haproxy.cfg`); this side only has to answer
 //! 503 on `/ready` while not warm and to exit cleanly on SIGTERM.
 
@@ -38,8 +47,9 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use function::Scorer;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -48,7 +58,11 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "embedded-index")]
+use std::sync::{atomic::AtomicUsize, Arc};
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 #[cfg(feature = "embedded-index")]
 use std::time::Instant;
@@ -68,9 +82,17 @@ pub struct ServeArgs {
     /// Largest request body accepted; longer bodies get 413.
     #[arg(long, env = "FRAUD_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
-    /// Time a client has to send the complete request head (slow or silent clients).
+    /// Time a client has to send the complete request head (slow or silent clients); also how
+    /// long an idle keep-alive connection stays open.
     #[arg(long, env = "FRAUD_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+    /// Time a client has to send the complete body once the head is in (408 after that); also
+    /// how long a write may stall because the client does not read its answers.
+    #[arg(long, env = "FRAUD_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; more are answered 503 and closed at once.
+    #[arg(long, env = "FRAUD_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
     #[arg(long, env = "FRAUD_DRAIN_MS", default_value_t = 5_000)]
     pub drain_ms: u64,
@@ -79,12 +101,32 @@ pub struct ServeArgs {
     pub warmup_queries: usize,
 }
 
-/// Transport limits (the knobs hostile-input and overload work will tune).
+/// Transport limits (see the table at the top of this module).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Longest body accepted (413 beyond).
     pub max_body_bytes: usize,
+    /// Deadline for a complete request head, counted from when the connection waits for one.
     pub header_timeout: Duration,
+    /// Deadline for a complete body after its head, and for a stalled write.
+    pub body_timeout: Duration,
+    /// Connections served at once (enforced by the accept loop, not by [`serve_connection`]).
+    pub max_connections: usize,
+    /// How long in-flight requests may take after SIGTERM.
     pub drain: Duration,
+}
+
+impl Default for Limits {
+    /// The defaults of `local-runner serve`.
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            drain: Duration::from_secs(5),
+        }
+    }
 }
 
 impl From<&ServeArgs> for Limits {
@@ -92,10 +134,17 @@ impl From<&ServeArgs> for Limits {
         Limits {
             max_body_bytes: a.max_body_bytes,
             header_timeout: Duration::from_millis(a.header_timeout_ms),
+            body_timeout: Duration::from_millis(a.body_timeout_ms),
+            max_connections: a.max_connections.max(1),
             drain: Duration::from_millis(a.drain_ms),
         }
     }
 }
+
+/// Read buffer of a connection, which also bounds the request head (431 beyond). Contest
+/// requests have heads of a few hundred bytes; hyper's default (~400 KiB) would let each of
+/// `max_connections` slow clients pin that much memory.
+const MAX_BUF_BYTES: usize = 16 * 1024;
 
 /// Where to listen, parsed from `--listen`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,6 +304,8 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::io::Result<S>>,
 {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut shed_logged = Instant::now() - Duration::from_secs(60);
     loop {
         let stream = tokio::select! {
             biased;
@@ -272,6 +323,18 @@ where
                 }
             },
         };
+        let Some(slot) = Slot::take(&open, limits.max_connections) else {
+            // At most one line a second, however fast connections are shed.
+            if shed_logged.elapsed() >= Duration::from_secs(1) {
+                warn!(
+                    max_connections = limits.max_connections,
+                    "connection limit reached: answering 503 and closing new connections"
+                );
+                shed_logged = Instant::now();
+            }
+            tokio::spawn(shed(stream));
+            continue;
+        };
         let mut watch = watch.clone();
         tokio::spawn(async move {
             let stop = async {
@@ -280,7 +343,8 @@ where
             if let Err(e) = serve_connection_until(stream, scorer, limits, stop).await {
                 debug!(error = %e, "connection ended with an error");
             }
-            // `watch` is dropped only here, after the connection is finished (see `serve`).
+            // `watch` and `slot` are dropped only here, after the connection is finished.
+            drop(slot);
         });
     }
 }
@@ -312,10 +376,16 @@ where
     let conn = http1::Builder::new()
         .keep_alive(true)
         .timer(TokioTimer::new())
+        // hyper starts this clock whenever it waits for a head, so it also closes idle
+        // keep-alive connections and clients that connect and never send.
         .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_BUF_BYTES)
         // Answers to pipelined requests go out in one write.
         .pipeline_flush(true)
-        .serve_connection(TokioIo::new(io), service);
+        .serve_connection(
+            TokioIo::new(WriteDeadline::new(io, limits.body_timeout)),
+            service,
+        );
     tokio::pin!(conn);
     tokio::pin!(stop);
     tokio::select! {
@@ -342,24 +412,45 @@ async fn answer(
             Bytes::from_static(br#"{"ready":false}"#),
         ));
     }
-    let body = match Limited::new(body, limits.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => {
-            return Ok(reply(
+    // A declared length over the limit is refused before any of the body is waited for.
+    if body.size_hint().lower() > limits.max_body_bytes as u64 {
+        return Ok(closing(reply(
+            413,
+            function::handler::JSON,
+            None,
+            Bytes::from_static(br#"{"error":"body too large"}"#),
+        )));
+    }
+    // A body normally arrives with its head, so the collect is ready at its first poll and the
+    // timer is never registered.
+    let collect = Limited::new(body, limits.max_body_bytes).collect();
+    let body = match tokio::time::timeout(limits.body_timeout, collect).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        // The rest of the body is not read: the connection must close after this answer.
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            return Ok(closing(reply(
                 413,
                 function::handler::JSON,
                 None,
                 Bytes::from_static(br#"{"error":"body too large"}"#),
-            ));
+            )));
         }
-        Err(e) => {
+        Err(_elapsed) => {
+            return Ok(closing(reply(
+                408,
+                function::handler::JSON,
+                None,
+                Bytes::from_static(br#"{"error":"body not received in time"}"#),
+            )));
+        }
+        Ok(Err(e)) => {
             debug!(error = %e, "cannot read body");
-            return Ok(reply(
+            return Ok(closing(reply(
                 400,
                 function::handler::JSON,
                 None,
                 Bytes::from_static(br#"{"error":"cannot read body"}"#),
-            ));
+            )));
         }
     };
     let r = scorer.handle(parts.method.as_str(), path, &body);
@@ -368,6 +459,159 @@ async fn answer(
         std::borrow::Cow::Owned(s) => Bytes::from(s),
     };
     Ok(reply(r.status, r.content_type, r.allow, body))
+}
+
+/// Marks an answer as the last one on its connection.
+fn closing(mut resp: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+#[cfg(feature = "embedded-index")]
+/// One open connection, counted while it lives.
+struct Slot(Arc<AtomicUsize>);
+
+#[cfg(feature = "embedded-index")]
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        // One thread accepts, so load-then-add cannot race with another taker.
+        if open.load(Ordering::Relaxed) >= max {
+            return None;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        Some(Slot(open.clone()))
+    }
+}
+
+#[cfg(feature = "embedded-index")]
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(feature = "embedded-index")]
+/// The answer to a connection over the cap: a fixed 503, written without reading the request.
+const SHED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 32\r\nconnection: close\r\n\r\n{\"error\":\"too many connections\"}";
+
+#[cfg(feature = "embedded-index")]
+/// Answers 503 and closes. The request is read and discarded for a moment after the answer so
+/// that the close is a FIN, not a reset that could destroy the 503 before the client reads it.
+async fn shed<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let quick = Duration::from_millis(100);
+    let _ = tokio::time::timeout(quick, async {
+        stream.write_all(SHED).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
+/// A stream whose writes fail once one has stayed blocked for `limit`: a client that sends
+/// requests but never reads the answers would otherwise hold its connection forever (hyper has
+/// no write timeout). Reads pass through; their deadlines are hyper's and `answer`'s.
+struct WriteDeadline<S> {
+    inner: S,
+    limit: Duration,
+    // Armed when a write first returns Pending, disarmed when one makes progress; boxed once per
+    // connection and only if a write ever blocks.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
+}
+
+impl<S> WriteDeadline<S> {
+    fn new(inner: S, limit: Duration) -> WriteDeadline<S> {
+        WriteDeadline {
+            inner,
+            limit,
+            timer: None,
+            armed: false,
+        }
+    }
+
+    /// Called when a write is pending: arms the deadline, or says it has passed.
+    fn stalled(&mut self, cx: &mut TaskContext<'_>) -> Poll<std::io::Error> {
+        let deadline = tokio::time::Instant::now() + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.armed {
+            timer.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "client does not read its answers",
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn track<T>(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        r: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Pending => self.stalled(cx).map(Err),
+            done => {
+                self.armed = false;
+                done
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.track(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.track(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.track(cx, r)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.track(cx, r)
+    }
 }
 
 fn reply(
