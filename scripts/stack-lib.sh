@@ -164,14 +164,16 @@ container_states() {
 #   t (epoch ms); per server of HAProxy's backend (stats socket, `show stat`): status, check
 #   status, current/total sessions, queue; per API: the status of GET /ready asked directly on
 #   its Unix socket (bypassing HAProxy), or "refused"/"absent"/"timeout"; HAProxy's frontend
-#   current sessions; with MON_MEM="svc=cgroup-dir ..." also each container's memory usage (MB).
+#   current sessions; with MON_MEM="svc=cgroup-dir ..." also each container's memory usage (MB);
+#   with MON_PROBE=1 also GET /ready through HAProxy on a new connection each sample (so a
+#   server back in rotation gets new connections even when the load generator keeps its old ones).
 # Run it in the background and kill it by its pid.
 stack_monitor() { # out-file [interval]
   local dir
   dir=$(sock_dir)
-  /usr/bin/python3 - "$dir" "$1" "${2:-0.1}" "${MON_MEM:-}" <<'PY'
+  exec /usr/bin/python3 - "$dir" "$1" "${2:-0.1}" "${MON_MEM:-}" "${MON_PROBE:-0}" <<'PY'
 import json, os, socket, sys, time
-d, out, every = sys.argv[1], sys.argv[2], float(sys.argv[3])
+d, out, every, probe = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[5] == "1"
 mem = dict(x.split("=", 1) for x in sys.argv[4].split())
 def ask(path, data, timeout=0.3):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -222,6 +224,15 @@ with open(out, "a", buffering=1) as f:
         except Exception as e:  # HAProxy down or restarting: record it, keep sampling
             rec["haproxy_error"] = type(e).__name__
         rec["ready"] = {n: ready(n) for n in ("api1", "api2")}
+        if probe:
+            try:
+                c = socket.create_connection(("127.0.0.1", 9999), timeout=0.5)
+                c.sendall(b"GET /ready HTTP/1.1\r\nHost: monitor\r\nConnection: close\r\n\r\n")
+                r = c.recv(4096)
+                c.close()
+                rec["probe"] = int(r.split(b" ", 2)[1]) if r.startswith(b"HTTP/") else "empty"
+            except OSError as e:
+                rec["probe"] = type(e).__name__
         if mem:
             m = {}
             for svc, cg in mem.items():
