@@ -16,3 +16,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
     rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
+# cargo-fuzz for scripts/fuzz.sh (pinned; ~1 min to build once, then cached in ~/.cargo/bin).
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install cargo-fuzz --version 0.13.2 --locked
+fi

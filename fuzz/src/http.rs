@@ -20,7 +20,7 @@ pub struct Reply {
 }
 
 /// Splits the server's output into responses; panics (a fuzz failure) on anything that is not
-/// a well-formed HTTP/1.1 response with an allowed status and a consistent body.
+/// a well-formed HTTP/1.x response with an allowed status and a consistent body.
 pub fn parse_replies(mut out: &[u8]) -> Vec<Reply> {
     let mut replies = vec![];
     while !out.is_empty() {
@@ -31,9 +31,14 @@ pub fn parse_replies(mut out: &[u8]) -> Vec<Reply> {
             Ok(httparse::Status::Partial) => panic!("truncated response head: {:?}", lossy(out)),
             Err(e) => panic!("malformed response ({e}): {:?}", lossy(out)),
         };
-        assert_eq!(resp.version, Some(1), "not HTTP/1.1: {:?}", lossy(out));
+        // hyper answers an HTTP/1.0 request in HTTP/1.0.
+        assert!(matches!(resp.version, Some(0 | 1)), "{:?}", lossy(out));
         let status = resp.code.unwrap();
-        assert!(ALLOWED.contains(&status), "status {status}: {:?}", lossy(out));
+        assert!(
+            ALLOWED.contains(&status),
+            "status {status}: {:?}",
+            lossy(out)
+        );
         let header = |name: &str| {
             let mut values = resp
                 .headers
@@ -111,8 +116,8 @@ fn lossy(b: &[u8]) -> String {
 
 /// A request read without hyper, when it is plain enough that hyper must read it the same way:
 /// origin-form target, only token characters in the method, one all-digit Content-Length, no
-/// Transfer-Encoding or Expect. Returns (method, target, body).
-pub fn simple_request(input: &[u8]) -> Option<(String, String, Vec<u8>)> {
+/// Transfer-Encoding or Expect. Returns (method, target, body, bytes it took).
+pub fn simple_request(input: &[u8]) -> Option<(String, String, Vec<u8>, usize)> {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut req = httparse::Request::new(&mut headers);
     let head = match req.parse(input) {
@@ -124,7 +129,10 @@ pub fn simple_request(input: &[u8]) -> Option<(String, String, Vec<u8>)> {
     if !path.starts_with('/')
         || !path.bytes().all(|c| c.is_ascii_graphic())
         || !method.bytes().all(|c| c.is_ascii_uppercase())
-        || !matches!(method, "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS")
+        || !matches!(
+            method,
+            "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS"
+        )
     {
         return None;
     }
@@ -133,8 +141,7 @@ pub fn simple_request(input: &[u8]) -> Option<(String, String, Vec<u8>)> {
         let name = h.name.to_ascii_lowercase();
         match name.as_str() {
             "content-length" => {
-                if len.is_some() || h.value.is_empty() || !h.value.iter().all(u8::is_ascii_digit)
-                {
+                if len.is_some() || h.value.is_empty() || !h.value.iter().all(u8::is_ascii_digit) {
                     return None;
                 }
                 len = Some(std::str::from_utf8(h.value).ok()?.parse::<usize>().ok()?);
@@ -142,11 +149,15 @@ pub fn simple_request(input: &[u8]) -> Option<(String, String, Vec<u8>)> {
             "transfer-encoding" | "expect" | "connection" | "upgrade" => return None,
             _ => {}
         }
-        if !h.value.iter().all(|&c| c == b'\t' || (0x20..0x7f).contains(&c)) {
+        if !h
+            .value
+            .iter()
+            .all(|&c| c == b'\t' || (0x20..0x7f).contains(&c))
+        {
             return None;
         }
     }
     let len = len.unwrap_or(0);
     let body = input.get(head..head + len)?.to_vec();
-    Some((method.to_string(), path.to_string(), body))
+    Some((method.to_string(), path.to_string(), body, head + len))
 }

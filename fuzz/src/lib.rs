@@ -6,6 +6,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod gen;
+pub mod http;
 
 use function::decision::BODIES;
 use function::search::{SearchParams, Searcher, K};
