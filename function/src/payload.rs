@@ -5,7 +5,13 @@
 //! optional because the decision does not use it; a missing `last_transaction` means the same as
 //! `null`. Any other missing field, wrong type, or number JSON cannot hold (NaN, Infinity, 1e999)
 //! is a [`PayloadError`] whose message names the field by its path.
+//!
+//! Two things serde_json would let through are refused: a body that is not UTF-8 anywhere (it
+//! checks only the strings it keeps, RFC 8259 requires all of it), and an object written as an
+//! array of its field values (`"terminal":[false,true,3.5]`, serde's positional form), which is
+//! not the API's shape. Docs: docs/HOSTILE.md.
 
+use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -14,13 +20,15 @@ use std::borrow::Cow;
 pub struct Payload<'a> {
     #[serde(borrow, default)]
     pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, deserialize_with = "object")]
     pub transaction: Transaction<'a>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "object")]
     pub customer: Customer<'a>,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "object")]
     pub merchant: Merchant<'a>,
+    #[serde(deserialize_with = "object")]
     pub terminal: Terminal,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "object_or_null")]
     pub last_transaction: Option<LastTransaction<'a>>,
 }
 
@@ -89,18 +97,107 @@ impl PayloadError {
 /// The happy path parses with plain serde_json; only a failing body is parsed a second time
 /// through `serde_path_to_error` to name the field. Tracking the path on every request cost
 /// about 1 us of the ~3 us parse (measured with the `search_stats` example), for errors that
-/// are rare.
+/// are rare. The UTF-8 check up front is paid back inside: serde_json does not check strings
+/// again in text it knows is valid.
 pub fn parse(body: &[u8]) -> Result<Payload<'_>, PayloadError> {
-    match serde_json::from_slice(body) {
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => return Err(not_utf8(e)),
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    match Payload::deserialize(ObjectsOnly(&mut de)).and_then(|p| de.end().map(|()| p)) {
         Ok(p) => Ok(p),
-        Err(_) => Err(explain(body)),
+        Err(_) => Err(explain(text)),
     }
 }
 
 #[cold]
-fn explain(body: &[u8]) -> PayloadError {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let result: Result<Payload, _> = serde_path_to_error::deserialize(&mut de);
+fn not_utf8(e: std::str::Utf8Error) -> PayloadError {
+    PayloadError::Json {
+        path: ".".into(),
+        message: format!(
+            "the body is not UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ),
+    }
+}
+
+/// `deserialize_with` for a nested object: refuses serde's positional (array) form.
+fn object<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(ObjectsOnly(d))
+}
+
+/// [`object`] for an optional one (`null` is `None`).
+fn object_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(ObjectsOnly(d))
+}
+
+/// A deserializer that reads a struct only from a JSON object: serde's derived `Deserialize`
+/// asks for `deserialize_struct`, which serde_json also satisfies from an array; this asks for a
+/// map instead. Everything else passes through unchanged (static dispatch, no cost).
+struct ObjectsOnly<D>(D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectsOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_option(OptionOfObject(visitor))
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// Carries [`ObjectsOnly`] into the `Some` of an `Option<struct>`.
+struct OptionOfObject<V>(V);
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for OptionOfObject<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        self.0.expecting(f)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.0.visit_some(ObjectsOnly(d))
+    }
+}
+
+#[cold]
+fn explain(text: &str) -> PayloadError {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let result: Result<Payload, _> = serde_path_to_error::deserialize(ObjectsOnly(&mut de));
     match result {
         Err(e) => {
             // serde_path_to_error writes "?" when the error is not inside any field.
@@ -124,5 +221,80 @@ fn explain(body: &[u8]) -> PayloadError {
                 message: "invalid JSON".into(),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: &str = r#"{"id":"tx-1","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":{"timestamp":"2026-03-11T14:58:35Z","km_from_current":18.8}}"#;
+
+    fn err(body: &[u8]) -> String {
+        parse(body).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_and_borrows() {
+        let p = parse(BODY.as_bytes()).unwrap();
+        assert!(matches!(p.merchant.id, Cow::Borrowed("MERC-016")));
+        assert_eq!(p.last_transaction.unwrap().km_from_current, 18.8);
+        let null_last = BODY.replace(
+            r#"{"timestamp":"2026-03-11T14:58:35Z","km_from_current":18.8}"#,
+            "null",
+        );
+        assert_eq!(parse(null_last.as_bytes()).unwrap().last_transaction, None);
+        // Escaped strings are unescaped (owned) and compare by value.
+        let escaped = BODY.replace(r#""id":"MERC-016""#, r#""id":"MERC-\u0030\u00316""#);
+        assert_eq!(parse(escaped.as_bytes()).unwrap().merchant.id, "MERC-016");
+    }
+
+    #[test]
+    fn positional_arrays_are_not_objects() {
+        for (body, field) in [
+            (
+                BODY.replace(
+                    r#"{"is_online":false,"card_present":true,"km_from_home":29.23}"#,
+                    "[false,true,29.23]",
+                ),
+                "terminal: invalid type: sequence, expected struct Terminal",
+            ),
+            (
+                BODY.replace(
+                    r#"{"timestamp":"2026-03-11T14:58:35Z","km_from_current":18.8}"#,
+                    r#"["2026-03-11T14:58:35Z",18.8]"#,
+                ),
+                "last_transaction: invalid type: sequence",
+            ),
+            (
+                r#"["tx",{},{},{},{},null]"#.to_string(),
+                ".: invalid type: sequence",
+            ),
+        ] {
+            let e = err(body.as_bytes());
+            assert!(e.starts_with(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn any_invalid_utf8_is_refused() {
+        // Inside an ignored field, where serde_json alone would accept it.
+        let mut body = br#"{"note":"?","#.to_vec();
+        body[9] = 0xff;
+        body.extend_from_slice(&BODY.as_bytes()[1..]);
+        let e = err(&body);
+        assert_eq!(
+            e, ".: the body is not UTF-8 (invalid byte at offset 9)",
+            "{e}"
+        );
+        // A truncated multi-byte sequence (a BOM cut short).
+        assert!(err(b"\xef\xbb").starts_with(".: the body is not UTF-8 (invalid byte at offset 0)"));
+    }
+
+    #[test]
+    fn trailing_characters_and_duplicates() {
+        assert!(err(format!("{BODY} x").as_bytes()).starts_with(".: trailing characters"));
+        let dup = BODY.replace(r#""amount":41.12"#, r#""amount":41.12,"amount":1"#);
+        assert!(err(dup.as_bytes()).starts_with("transaction: duplicate field `amount`"));
     }
 }

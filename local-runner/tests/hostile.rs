@@ -1,0 +1,878 @@
+//! The bad-input matrix (docs/HOSTILE.md) against the real `local-runner serve` binary: every
+//! row of the table is a case here, spoken in raw bytes over a Unix socket.
+//!
+//! Servers run with short deadlines (`--header-timeout-ms 300 --body-timeout-ms 300`) so the
+//! timeout rows take a fraction of a second instead of the production 10 s.
+
+mod common;
+
+use common::*;
+use std::io::{BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+/// Short deadlines for every server in this file.
+const FAST: &[&str] = &["--header-timeout-ms", "300", "--body-timeout-ms", "300"];
+const DEADLINE: Duration = Duration::from_millis(300);
+
+fn fast_server(name: &str) -> Server {
+    start_ready(name, FAST)
+}
+
+/// The odd-but-valid inputs with the answers of an independent labeller
+/// (`tests/hostile_labeller.py`, written from the spec alone, scanning all 3M references).
+#[derive(serde::Deserialize)]
+struct ValidCase {
+    name: String,
+    body: String,
+    expected: String,
+}
+
+#[test]
+fn odd_but_valid_inputs_get_the_labellers_answer() {
+    let server = fast_server("valid");
+    let cases: Vec<ValidCase> = serde_json::from_str(include_str!("data/hostile-valid.json"))
+        .expect("tests/data/hostile-valid.json");
+    assert!(cases.len() >= 50, "{} cases", cases.len());
+    let s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut s = s;
+    let mut failures = Vec::new();
+    for c in &cases {
+        s.write_all(request("POST", "/fraud-score", &c.body).as_bytes())
+            .unwrap();
+        let resp = read_response(&mut r);
+        if resp.status != 200 || resp.body != c.expected {
+            failures.push(format!(
+                "{}: got {} {}, want 200 {}",
+                c.name, resp.status, resp.body, c.expected
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn odd_but_valid_shapes_are_answered() {
+    let server = fast_server("shapes");
+    let legit_base = r#"{"approved":true,"fraud_score":0.0}"#; // BASE, per the labeller
+                                                               // 30,000 nested arrays in an ignored field: skipped without recursion (no stack risk).
+    let deep = BASE.replacen(
+        "{\"id\":\"tx-",
+        &format!(
+            "{{\"extra\":{}{},\"id\":\"tx-",
+            "[".repeat(30_000),
+            "]".repeat(30_000)
+        ),
+        1,
+    );
+    // A fraction of a second with 40,000 digits (RFC 3339 sets no limit).
+    let long_fraction = BASE.replacen(
+        "2027-07-09T16:31:06Z",
+        &format!("2027-07-09T16:31:06.{}Z", "1".repeat(40_000)),
+        1,
+    );
+    for (name, body) in [("deep_ignored", deep), ("long_fraction", long_fraction)] {
+        let resp = server.one(request("POST", "/fraud-score", &body).as_bytes());
+        assert_eq!(
+            (resp.status, resp.body.as_str()),
+            (200, legit_base),
+            "{name}"
+        );
+    }
+}
+
+/// The public entry used as the base of the invalid cases (answer: legit, 0 frauds).
+const BASE: &str = r#"{"id":"tx-1641912674","transaction":{"amount":441.59,"installments":1,"requested_at":"2027-07-09T16:31:06Z"},"customer":{"avg_amount":883.18,"tx_count_24h":1,"known_merchants":["MERC-004","MERC-017"]},"merchant":{"id":"MERC-004","mcc":"5411","avg_amount":302.78},"terminal":{"is_online":false,"card_present":true,"km_from_home":33.8814492067},"last_transaction":{"timestamp":"2027-06-04T14:14:22Z","km_from_current":18.4353521556}}"#;
+
+fn sub(old: &str, new: &str) -> Vec<u8> {
+    assert_eq!(BASE.matches(old).count(), 1, "{old}");
+    BASE.replacen(old, new, 1).into_bytes()
+}
+
+/// (case, body, the error must start with, and must contain)
+fn invalid_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)> {
+    let ts = |v: &str| sub("\"2027-07-09T16:31:06Z\"", v);
+    let mut deep = b"{\"extra\":".to_vec();
+    deep.extend(std::iter::repeat_n(b'[', 60_000));
+    vec![
+        // Malformed JSON.
+        ("not_json", b"hello".to_vec(), ".", "expected value"),
+        ("truncated", BASE.as_bytes()[..120].to_vec(), "customer", "EOF"),
+        ("trailing_garbage", format!("{BASE}x").into_bytes(), ".", "trailing characters"),
+        ("two_objects", format!("{BASE}{BASE}").into_bytes(), ".", "trailing characters"),
+        ("single_quotes", BASE.replace('"', "'").into_bytes(), ".", "key must be a string"),
+        ("comment", format!("/*c*/{BASE}").into_bytes(), ".", "expected value"),
+        ("trailing_comma", sub("}}", "},}}"), ".", "trailing comma"),
+        ("top_level_array", b"[]".to_vec(), ".", "invalid type: sequence"),
+        ("top_level_string", b"\"x\"".to_vec(), ".", "invalid type: string"),
+        ("top_level_null", b"null".to_vec(), ".", "invalid type: null"),
+        ("empty_object", b"{}".to_vec(), ".", "missing field `transaction`"),
+        ("empty_body", Vec::new(), ".", "EOF"),
+        ("whitespace_body", b" \r\n\t ".to_vec(), ".", "EOF"),
+        ("deep_nesting_unclosed", deep, "extra", "EOF while parsing a list"),
+        // Wrong types.
+        ("amount_string", sub("441.59", "\"441.59\""), "transaction.amount", "invalid type: string"),
+        ("amount_bool", sub("441.59", "true"), "transaction.amount", "invalid type: boolean"),
+        ("installments_string", sub("\"installments\":1", "\"installments\":\"1\""), "transaction.installments", "invalid type"),
+        ("requested_at_number", ts("1815582666"), "transaction.requested_at", "invalid type: integer"),
+        ("is_online_string", sub("\"is_online\":false", "\"is_online\":\"false\""), "terminal.is_online", "invalid type: string"),
+        ("is_online_number", sub("\"is_online\":false", "\"is_online\":0"), "terminal.is_online", "invalid type: integer"),
+        ("known_merchants_string", sub("[\"MERC-004\",\"MERC-017\"]", "\"MERC-004\""), "customer.known_merchants", "invalid type: string"),
+        ("known_merchants_numbers", sub("[\"MERC-004\",\"MERC-017\"]", "[4,17]"), "customer.known_merchants[0]", "invalid type: integer"),
+        ("mcc_number", sub("\"mcc\":\"5411\"", "\"mcc\":5411"), "merchant.mcc", "invalid type: integer"),
+        ("merchant_array", sub("\"merchant\":{\"id\":\"MERC-004\",\"mcc\":\"5411\",\"avg_amount\":302.78}", "\"merchant\":[\"MERC-004\",\"5411\",302.78]"), "merchant", "invalid type: sequence"),
+        ("last_transaction_string", sub("{\"timestamp\":\"2027-06-04T14:14:22Z\",\"km_from_current\":18.4353521556}", "\"2027-06-04T14:14:22Z\""), "last_transaction", "invalid type: string"),
+        ("id_number", sub("\"tx-1641912674\"", "1641912674"), "id", "invalid type: integer"),
+        ("long_wrong_string", sub("441.59", &format!("\"{}\"", "9".repeat(50_000))), "transaction.amount", "invalid type: string"),
+        // Missing required fields.
+        ("missing_transaction", sub("\"transaction\":{\"amount\":441.59,\"installments\":1,\"requested_at\":\"2027-07-09T16:31:06Z\"},", ""), ".", "missing field `transaction`"),
+        ("missing_customer", sub("\"customer\":{\"avg_amount\":883.18,\"tx_count_24h\":1,\"known_merchants\":[\"MERC-004\",\"MERC-017\"]},", ""), ".", "missing field `customer`"),
+        ("missing_terminal", sub("\"terminal\":{\"is_online\":false,\"card_present\":true,\"km_from_home\":33.8814492067},", ""), ".", "missing field `terminal`"),
+        ("missing_amount", sub("\"amount\":441.59,", ""), "transaction", "missing field `amount`"),
+        ("missing_requested_at", sub(",\"requested_at\":\"2027-07-09T16:31:06Z\"", ""), "transaction", "missing field `requested_at`"),
+        ("missing_known_merchants", sub(",\"known_merchants\":[\"MERC-004\",\"MERC-017\"]", ""), "customer", "missing field `known_merchants`"),
+        ("missing_mcc", sub("\"mcc\":\"5411\",", ""), "merchant", "missing field `mcc`"),
+        ("missing_card_present", sub("\"card_present\":true,", ""), "terminal", "missing field `card_present`"),
+        ("missing_last_timestamp", sub("\"timestamp\":\"2027-06-04T14:14:22Z\",", ""), "last_transaction", "missing field `timestamp`"),
+        ("missing_km_from_current", sub(",\"km_from_current\":18.4353521556", ""), "last_transaction", "missing field `km_from_current`"),
+        // null where a value is required.
+        ("transaction_null", sub("\"transaction\":{\"amount\":441.59,\"installments\":1,\"requested_at\":\"2027-07-09T16:31:06Z\"}", "\"transaction\":null"), "transaction", "invalid type: null"),
+        ("amount_null", sub("441.59", "null"), "transaction.amount", "invalid type: null"),
+        ("requested_at_null", ts("null"), "transaction.requested_at", "invalid type: null"),
+        ("is_online_null", sub("\"is_online\":false", "\"is_online\":null"), "terminal.is_online", "invalid type: null"),
+        ("known_merchants_null", sub("[\"MERC-004\",\"MERC-017\"]", "null"), "customer.known_merchants", "invalid type: null"),
+        ("known_merchant_item_null", sub("[\"MERC-004\",\"MERC-017\"]", "[\"MERC-004\",null]"), "customer.known_merchants[1]", "invalid type: null"),
+        ("merchant_id_null", sub("\"id\":\"MERC-004\"", "\"id\":null"), "merchant.id", "invalid type: null"),
+        ("timestamp_null", sub("\"2027-06-04T14:14:22Z\"", "null"), "last_transaction.timestamp", "invalid type: null"),
+        ("km_from_current_null", sub("18.4353521556", "null"), "last_transaction.km_from_current", "invalid type: null"),
+        // NaN, Infinity and numbers a double cannot hold.
+        ("nan_literal", sub("441.59", "NaN"), "transaction.amount", "expected value"),
+        ("infinity_literal", sub("441.59", "Infinity"), "transaction.amount", "expected value"),
+        ("minus_infinity_literal", sub("441.59", "-Infinity"), "transaction.amount", "invalid number"),
+        ("nan_string", sub("441.59", "\"NaN\""), "transaction.amount", "invalid type: string"),
+        ("overflow", sub("441.59", "1e999"), "transaction.amount", "number out of range"),
+        ("negative_overflow", sub("33.8814492067", "-1e400"), "terminal.km_from_home", "number out of range"),
+        // Malformed timestamps.
+        ("ts_words", ts("\"yesterday\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_empty", ts("\"\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_date_only", ts("\"2027-07-09\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_no_zone", ts("\"2027-07-09T16:31:06\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_offset_no_colon", ts("\"2027-07-09T16:31:06+0200\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_offset_out_of_range", ts("\"2027-07-09T16:31:06+24:00\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_trailing", ts("\"2027-07-09T16:31:06Zjunk\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_unix_seconds", ts("\"1815582666\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        ("ts_feb_30", ts("\"2027-02-30T16:31:06Z\""), "transaction.requested_at", "no such date"),
+        ("ts_feb_29_not_leap", ts("\"2027-02-29T16:31:06Z\""), "transaction.requested_at", "no such date"),
+        ("ts_month_13", ts("\"2027-13-09T16:31:06Z\""), "transaction.requested_at", "no such date"),
+        ("ts_hour_24", ts("\"2027-07-09T24:00:00Z\""), "transaction.requested_at", "no such time of day"),
+        ("ts_minute_60", ts("\"2027-07-09T16:60:06Z\""), "transaction.requested_at", "no such time of day"),
+        ("ts_last_bad", sub("\"2027-06-04T14:14:22Z\"", "\"2027-06-04\""), "last_transaction.timestamp", "not an RFC 3339 timestamp"),
+        ("ts_non_ascii", ts("\"2027-07-09T16:31:06Z\u{e9}\""), "transaction.requested_at", "not an RFC 3339 timestamp"),
+        // Duplicate keys (which one would win is ambiguous, so neither does).
+        ("duplicate_field", sub("\"amount\":441.59", "\"amount\":441.59,\"amount\":1"), "transaction", "duplicate field `amount`"),
+        // Bytes that are not UTF-8 JSON text.
+        ("non_utf8_in_string", sub("\"tx-1641912674\"", "\"tx-\u{0}\"").iter().map(|&b| if b == 0 { 0xff } else { b }).collect(), ".", "not UTF-8 (invalid byte at offset 10)"),
+        ("non_utf8_in_ignored_field", {
+            let mut b = sub("{\"id\":\"tx-", "{\"note\":\"\u{0}\",\"id\":\"tx-");
+            for x in b.iter_mut() { if *x == 0 { *x = 0xfe } }
+            b
+        }, ".", "not UTF-8 (invalid byte at offset 9)"),
+        ("non_utf8_between_tokens", { let mut b = BASE.as_bytes().to_vec(); b.insert(1, 0xff); b }, ".", "not UTF-8 (invalid byte at offset 1)"),
+        ("utf8_bom", { let mut b = vec![0xef, 0xbb, 0xbf]; b.extend_from_slice(BASE.as_bytes()); b }, ".", "expected value"),
+        ("utf16le", BASE.encode_utf16().flat_map(|u| u.to_le_bytes()).collect(), ".", "key must be a string"),
+        ("lone_surrogate_escape", sub("\"tx-1641912674\"", "\"\\ud800\""), "id", "hex escape"),
+        ("raw_control_char", sub("\"tx-1641912674\"", "\"tx\u{1}\""), "id", "control character"),
+        ("bad_escape", sub("\"tx-1641912674\"", "\"tx\\q\""), "id", "invalid escape"),
+    ]
+}
+
+#[test]
+fn invalid_bodies_get_a_fast_400_naming_the_field() {
+    let server = fast_server("invalid");
+    let s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut s = s;
+    let mut failures = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for (name, body, field, detail) in invalid_cases() {
+        let t = Instant::now();
+        s.write_all(&request_bytes("POST", "/fraud-score", &body))
+            .unwrap();
+        let resp = read_response(&mut r);
+        slowest = slowest.max(t.elapsed());
+        let ok = resp.status == 400
+            && resp.header("content-type") == Some("application/json")
+            && serde_json::from_str::<serde_json::Value>(&resp.body).is_ok();
+        let error = if ok { resp.error() } else { String::new() };
+        // The error names the field first ("transaction.amount: ..."), and stays short even
+        // when the offending value is long.
+        if !ok
+            || !error.starts_with(&format!("{field}: "))
+            || !error.contains(detail)
+            || resp.body.len() > 400
+        {
+            failures.push(format!(
+                "{name}: got {} {:?}, want 400 starting {field:?} containing {detail:?}",
+                resp.status,
+                &resp.body[..resp.body.len().min(500)]
+            ));
+        }
+    }
+    // The connection survives every 400 (keep-alive) and still answers correctly.
+    s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // "Fast": no error takes anywhere near a deadline (generous for a loaded CI machine).
+    assert!(
+        slowest < Duration::from_millis(250),
+        "slowest 400 took {slowest:?}"
+    );
+}
+
+#[test]
+fn body_over_the_limit_is_413_then_close() {
+    let server = start_ready("limit", &["--max-body-bytes", "1024"]);
+    let big = format!("{BASE}{}", " ".repeat(1024));
+    // Declared with Content-Length: refused without reading it all, connection closed.
+    let mut s = server.connect();
+    s.write_all(request("POST", "/fraud-score", &big).as_bytes())
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let resp = read_response(&mut r);
+    assert_eq!(
+        (resp.status, resp.body.as_str()),
+        (413, r#"{"error":"body too large"}"#)
+    );
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert!(closed_by_server(&mut r));
+    // A huge declared length is refused at once, before any of it arrives.
+    let resp = server
+        .one(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000000\r\n\r\n{");
+    assert_eq!(resp.status, 413);
+    // Chunked: counted as it arrives.
+    let mut raw =
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for chunk in big.as_bytes().chunks(100) {
+        raw.extend(format!("{:x}\r\n", chunk.len()).bytes());
+        raw.extend_from_slice(chunk);
+        raw.extend(b"\r\n");
+    }
+    raw.extend(b"0\r\n\r\n");
+    // hyper ends the connection when a chunked body is abandoned part way, so the 413 may not
+    // get out; either way the body is refused at the limit and the connection closed at once.
+    let mut s = server.connect();
+    s.write_all(&raw).unwrap();
+    let t = Instant::now();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 413 "),
+        "{text:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    // Exactly at the limit is fine.
+    let at_limit = format!("{BASE}{}", " ".repeat(1024 - BASE.len()));
+    let resp = server.one(request("POST", "/fraud-score", &at_limit).as_bytes());
+    assert_eq!((resp.status, resp.body.as_str()), (200, LEGIT_ANSWER));
+}
+
+#[test]
+fn other_methods_get_405_with_allow() {
+    let server = fast_server("methods");
+    for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"] {
+        let resp = server.one(request(method, "/fraud-score", "").as_bytes());
+        assert_eq!(resp.status, 405, "{method}");
+        assert_eq!(resp.header("allow"), Some("POST"), "{method}");
+        assert!(resp.error().contains("use POST"), "{method}");
+    }
+    for method in ["POST", "PUT", "DELETE"] {
+        let resp = server.one(request(method, "/ready", "").as_bytes());
+        assert_eq!(resp.status, 405, "{method}");
+        assert_eq!(resp.header("allow"), Some("GET, HEAD"), "{method}");
+    }
+    // HEAD gets the head of the answer and no body.
+    let mut s = server.connect();
+    s.write_all(
+        b"HEAD /fraud-score HTTP/1.1\r\nHost: t\r\n\r\nHEAD /ready HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let resp = read_response_opt(&mut r, false);
+    assert_eq!((resp.status, resp.header("allow")), (405, Some("POST")));
+    assert_eq!(read_response_opt(&mut r, false).status, 200);
+    // A POST body on a 405 is read and ignored; the connection stays usable.
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(request("PUT", "/fraud-score", LEGIT).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 405);
+    s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+}
+
+#[test]
+fn other_paths_get_404() {
+    let server = fast_server("paths");
+    for path in [
+        "/",
+        "/fraud-score/",
+        "/FRAUD-SCORE",
+        "/fraud-score/x",
+        "//fraud-score",
+        "/fraud-score%20",
+        "/fraud%2Dscore",
+        "/ready/",
+        "/%ff",
+        "*",
+    ] {
+        let resp = server.one(request("POST", path, LEGIT).as_bytes());
+        assert_eq!(resp.status, 404, "{path}: {resp:?}");
+        assert_eq!(resp.error(), "not found", "{path}");
+    }
+}
+
+#[test]
+fn query_strings_and_absolute_targets_route_by_path() {
+    let server = fast_server("query");
+    for target in [
+        "/fraud-score?x=1",
+        "/fraud-score?",
+        "/fraud-score?a=1&b=%ff&c",
+        "/fraud-score?path=/ready",
+        "http://example.com/fraud-score",
+        "http://example.com/fraud-score?x=1",
+    ] {
+        let resp = server.one(request("POST", target, LEGIT).as_bytes());
+        assert_eq!(
+            (resp.status, resp.body.as_str()),
+            (200, LEGIT_ANSWER),
+            "{target}"
+        );
+    }
+    assert_eq!(
+        server
+            .one(request("GET", "/ready?probe=1", "").as_bytes())
+            .status,
+        200
+    );
+    assert_eq!(
+        server
+            .one(request("GET", "/nope?x=/fraud-score", "").as_bytes())
+            .status,
+        404
+    );
+}
+
+#[test]
+fn chunked_bodies() {
+    let server = fast_server("chunked");
+    // A body in odd-sized chunks, with a chunk extension and a trailer.
+    let mut raw =
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for (i, chunk) in FRAUD.as_bytes().chunks(37).enumerate() {
+        raw.extend(
+            format!(
+                "{:X}{}\r\n",
+                chunk.len(),
+                if i == 1 { ";ext=1" } else { "" }
+            )
+            .bytes(),
+        );
+        raw.extend_from_slice(chunk);
+        raw.extend(b"\r\n");
+    }
+    raw.extend(b"0\r\nX-Trailer: 1\r\n\r\n");
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(&raw).unwrap();
+    assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
+    // The connection is reusable after a chunked body.
+    s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+    // Chunks sent one by one with pauses (shorter than the body deadline in total).
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    for chunk in LEGIT.as_bytes().chunks(150) {
+        std::thread::sleep(Duration::from_millis(30));
+        s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .unwrap();
+        s.write_all(chunk).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+    // Broken chunk framing: hyper ends the connection (no answer can be framed after it).
+    let mut s = server.connect();
+    s.write_all(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+        .unwrap();
+    let t = Instant::now();
+    assert!(closed_by_server(&mut BufReader::new(s)));
+    assert!(t.elapsed() < DEADLINE, "{:?}", t.elapsed());
+    // Content-Length and chunked together (a smuggling attempt): chunked wins, the length is
+    // ignored, and hyper closes the connection after the answer (RFC 9112 6.3). Here the
+    // chunked body is empty, hence the parser's 400.
+    let mut s = server.connect();
+    s.write_all(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    let resp = read_response(&mut r);
+    assert_eq!(
+        (resp.status, resp.header("connection")),
+        (400, Some("close"))
+    );
+    assert!(resp.error().starts_with(".: EOF"), "{resp:?}");
+    assert!(closed_by_server(&mut r));
+    // An unknown transfer coding cannot be framed: 400 (hyper wants chunked last), close.
+    let mut s = server.connect();
+    s.write_all(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(read_response(&mut r).status, 400);
+    assert!(closed_by_server(&mut r));
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let server = fast_server("pipeline");
+    let mut batch = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..60 {
+        let (req, status, body): (String, u16, Option<&str>) = match i % 6 {
+            0 => (
+                request("POST", "/fraud-score", LEGIT),
+                200,
+                Some(LEGIT_ANSWER),
+            ),
+            1 => (
+                request("POST", "/fraud-score", FRAUD),
+                200,
+                Some(FRAUD_ANSWER),
+            ),
+            2 => (request("POST", "/fraud-score", "{"), 400, None),
+            3 => (request("GET", "/nope", ""), 404, None),
+            4 => (request("GET", "/fraud-score", ""), 405, None),
+            _ => (request("GET", "/ready", ""), 200, Some(r#"{"ready":true}"#)),
+        };
+        batch.extend(req.into_bytes());
+        want.push((status, body));
+    }
+    let mut s = server.connect();
+    s.write_all(&batch).unwrap(); // all 60 in one write
+    let mut r = BufReader::new(s);
+    for (i, (status, body)) in want.into_iter().enumerate() {
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, status, "answer {i}");
+        if let Some(b) = body {
+            assert_eq!(resp.body, b, "answer {i}");
+        }
+    }
+    // A request arriving in many small writes still parses.
+    let mut s = server.connect();
+    let raw = request("POST", "/fraud-score", FRAUD);
+    for b in raw.as_bytes().chunks(7) {
+        s.write_all(b).unwrap();
+    }
+    assert_eq!(read_response(&mut BufReader::new(s)).body, FRAUD_ANSWER);
+}
+
+#[test]
+fn http_1_0_and_other_versions() {
+    let server = fast_server("versions");
+    // HTTP/1.0: answered, then the server closes (no keep-alive unless asked for).
+    let mut s = server.connect();
+    s.write_all(
+        format!(
+            "POST /fraud-score HTTP/1.0\r\nContent-Length: {}\r\n\r\n{FRAUD}",
+            FRAUD.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let resp = read_response(&mut r);
+    assert_eq!((resp.status, resp.body.as_str()), (200, FRAUD_ANSWER));
+    assert_eq!(resp.version, "HTTP/1.0");
+    assert!(closed_by_server(&mut r));
+    // HTTP/1.0 with Connection: keep-alive stays open for the next request.
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..2 {
+        s.write_all(format!("POST /fraud-score HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{LEGIT}", LEGIT.len()).as_bytes())
+            .unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!((resp.status, resp.body.as_str()), (200, LEGIT_ANSWER));
+        assert_eq!(resp.header("connection"), Some("keep-alive"));
+    }
+    // HTTP/1.1 with Connection: close: answered, then closed.
+    let mut s = server.connect();
+    s.write_all(
+        format!(
+            "POST /fraud-score HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{LEGIT}",
+            LEGIT.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+    assert!(closed_by_server(&mut r));
+    // No Host header on HTTP/1.1 is tolerated (the route does not depend on it).
+    let resp = server.one(
+        format!(
+            "POST /fraud-score HTTP/1.1\r\nContent-Length: {}\r\n\r\n{LEGIT}",
+            LEGIT.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(resp.body, LEGIT_ANSWER);
+    // Expect: 100-continue (curl sends it for large bodies): 100 first, then the answer.
+    let mut s = server.connect();
+    s.write_all(format!("POST /fraud-score HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", FRAUD.len()).as_bytes())
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    assert_eq!(read_response_opt(&mut r, false).status, 100);
+    s.write_all(FRAUD.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
+    // HTTP/2 prior knowledge, HTTP/0.9, an unknown version, garbage, a bare LF-only request:
+    // 400 from hyper and close, or a plain close; never a hang.
+    for raw in [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        b"GET /ready\r\n\r\n",
+        b"GET /ready HTTP/1.2\r\nHost: t\r\n\r\n",
+        b"GET /ready HTTP/3.0\r\nHost: t\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 TLS hello\r\n\r\n",
+        b"HELLO\r\n\r\n",
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n",
+        b"POST /fra\x00ud-score HTTP/1.1\r\nHost: t\r\n\r\n",
+    ] {
+        let mut s = server.connect();
+        s.write_all(raw).unwrap();
+        let t = Instant::now();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got); // the server closes; a reset also ends the read
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 400 ") || text.starts_with("HTTP/1.1 505 "),
+            "{:?}: {text:?}",
+            String::from_utf8_lossy(raw)
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", String::from_utf8_lossy(raw));
+    }
+}
+
+#[test]
+fn oversized_head_is_cut_off() {
+    let server = fast_server("head");
+    let long_header = format!(
+        "POST /fraud-score HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\nContent-Length: 2\r\n\r\n{{}}",
+        "a".repeat(20_000)
+    );
+    let many: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let many_headers = format!("GET /ready HTTP/1.1\r\nHost: t\r\n{many}\r\n");
+    for raw in [long_header, many_headers] {
+        let mut s = server.connect();
+        let _ = s.write_all(raw.as_bytes()); // the server may close before taking it all
+        let t = Instant::now();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got); // EOF or reset, both end the read
+                                         // hyper 1.12 drops the connection; a later hyper may send its 431 first.
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 431 "),
+            "{text:?}"
+        );
+        assert!(t.elapsed() < DEADLINE, "{:?}", t.elapsed());
+    }
+    // A head just under the limit is served.
+    let pad = "a".repeat(15_000);
+    let raw = format!(
+        "POST /fraud-score HTTP/1.1\r\nHost: t\r\nX-Pad: {pad}\r\nContent-Length: {}\r\n\r\n{LEGIT}",
+        LEGIT.len()
+    );
+    assert_eq!(server.one(raw.as_bytes()).body, LEGIT_ANSWER);
+}
+
+/// Waits for the server to close `s`; returns how long that took from `since`.
+fn time_to_close(s: std::os::unix::net::UnixStream, since: Instant) -> Duration {
+    let mut r = BufReader::new(s);
+    assert!(closed_by_server(&mut r));
+    since.elapsed()
+}
+
+#[test]
+fn silent_client_is_dropped_after_the_head_deadline() {
+    let server = fast_server("silent");
+    let t = Instant::now();
+    let s = server.connect();
+    let took = time_to_close(s, t);
+    assert!(
+        took >= DEADLINE - Duration::from_millis(20),
+        "closed too early: {took:?}"
+    );
+    assert!(took < DEADLINE * 4, "closed after {took:?}");
+}
+
+#[test]
+fn slow_head_is_dropped_even_while_bytes_trickle_in() {
+    let server = fast_server("slowloris");
+    let mut s = server.connect();
+    let t = Instant::now();
+    let head = b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nX-Slow: 1234567890\r\n";
+    let mut sent = 0;
+    // One byte every 20 ms: the head would take ~1.2 s; the server must not wait for it.
+    for b in head.iter() {
+        if s.write_all(&[*b]).is_err() {
+            break;
+        }
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(20));
+        if t.elapsed() > DEADLINE * 4 {
+            break;
+        }
+    }
+    assert!(sent < head.len(), "the server took the whole slow head");
+    let took = time_to_close(s, t);
+    assert!(took < DEADLINE * 4, "closed after {took:?}");
+}
+
+#[test]
+fn idle_keep_alive_connection_is_closed_after_the_head_deadline() {
+    let server = fast_server("idle");
+    let mut s = server.connect();
+    s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+    let t = Instant::now();
+    assert!(closed_by_server(&mut r));
+    let took = t.elapsed();
+    assert!(
+        took >= DEADLINE - Duration::from_millis(20) && took < DEADLINE * 4,
+        "{took:?}"
+    );
+}
+
+#[test]
+fn slow_body_gets_408_then_close() {
+    let server = fast_server("slowbody");
+    // Head complete, then part of the body, then nothing.
+    let mut s = server.connect();
+    let t = Instant::now();
+    s.write_all(
+        format!(
+            "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            LEGIT.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&LEGIT.as_bytes()[..100]).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let resp = read_response(&mut r);
+    let took = t.elapsed();
+    assert_eq!(
+        (resp.status, resp.body.as_str()),
+        (408, r#"{"error":"body not received in time"}"#)
+    );
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert!(
+        took >= DEADLINE - Duration::from_millis(20) && took < DEADLINE * 4,
+        "{took:?}"
+    );
+    assert!(closed_by_server(&mut r));
+    // A body trickled byte by byte past the deadline: the same.
+    let mut s = server.connect();
+    s.write_all(
+        format!(
+            "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            LEGIT.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let writer = {
+        let mut s = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for b in LEGIT.as_bytes() {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut r = BufReader::new(s);
+    assert_eq!(read_response(&mut r).status, 408);
+    writer.join().unwrap();
+}
+
+#[test]
+fn client_that_never_reads_its_answers_is_dropped() {
+    let server = fast_server("noread");
+    let s = server.connect();
+    // Pipeline requests without ever reading; the socket buffers fill, the server's write
+    // stalls, and the stall deadline must end the connection (seen as a failed write here).
+    let one = request("GET", "/ready", "");
+    let batch = one.repeat(2000);
+    let t = Instant::now();
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let err = loop {
+        if let Err(e) = w.write_all(batch.as_bytes()) {
+            break e;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server never gave up on the client"
+        );
+    };
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "write ended with {err} after {:?} (a timeout means the server kept the connection)",
+        t.elapsed()
+    );
+    // The server itself is fine.
+    assert_eq!(
+        server
+            .one(request("POST", "/fraud-score", LEGIT).as_bytes())
+            .body,
+        LEGIT_ANSWER
+    );
+}
+
+#[test]
+fn connections_over_the_cap_get_a_fast_503_and_the_server_recovers() {
+    // A 5 s head deadline so the held connections are not dropped during the test.
+    let server = start_ready(
+        "cap",
+        &["--max-connections", "4", "--header-timeout-ms", "5000"],
+    );
+    // The ready check's connection is closed; wait until the server has counted it out.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = server.connect();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+            .unwrap();
+        assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+        held.push(s);
+    }
+    // The fifth: an immediate 503 and close, whether or not it sent its request yet.
+    for send_first in [false, true] {
+        let t = Instant::now();
+        let mut s = server.connect();
+        if send_first {
+            s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+                .unwrap();
+        }
+        let mut r = BufReader::new(s);
+        let resp = read_response(&mut r);
+        assert_eq!(
+            (resp.status, resp.body.as_str()),
+            (503, r#"{"error":"too many connections"}"#)
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(closed_by_server(&mut r));
+    }
+    // The held ones still work.
+    let mut r = BufReader::new(held[0].try_clone().unwrap());
+    held[0]
+        .write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
+    // Free one slot: new connections are served again.
+    drop(held.pop());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let resp = server.one(request("POST", "/fraud-score", FRAUD).as_bytes());
+        if resp.status == 200 {
+            assert_eq!(resp.body, FRAUD_ANSWER);
+            break;
+        }
+        assert_eq!(resp.status, 503);
+        assert!(Instant::now() < deadline, "slot never freed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn many_idle_connections_cost_bounded_memory_and_expire() {
+    // 1000 silent connections (the default cap is 1024) against a server with short deadlines.
+    let server = start_ready(
+        "many",
+        &["--header-timeout-ms", "1000", "--max-connections", "1000"],
+    );
+    let before = proc_status_kb(server.pid(), "RssAnon");
+    let idle: Vec<_> = (0..1000).map(|_| server.connect()).collect();
+    // All accepted: a request on a further connection is over the cap...
+    std::thread::sleep(Duration::from_millis(200));
+    let during = proc_status_kb(server.pid(), "RssAnon");
+    let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
+    assert_eq!(resp.status, 503);
+    // ...and the idle ones cost little memory each.
+    let per_conn = (during.saturating_sub(before)) as f64 / 1000.0;
+    eprintln!("anonymous RSS {before} KiB -> {during} KiB with 1000 idle connections ({per_conn:.1} KiB each)");
+    assert!(per_conn < 40.0, "{per_conn:.1} KiB per idle connection");
+    // After the head deadline they are all gone and new clients are served.
+    let t = Instant::now();
+    for s in idle {
+        let mut r = BufReader::new(s);
+        assert!(closed_by_server(&mut r));
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
+        if resp.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not serving again after the idle flood"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_with_a_slow_client_still_exits_promptly() {
+    let mut server = fast_server("term");
+    // One connection mid-body, one mid-head, one idle.
+    let mut mid_body = server.connect();
+    mid_body
+        .write_all(
+            format!(
+                "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{{",
+                LEGIT.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut mid_head = server.connect();
+    mid_head
+        .write_all(b"POST /fraud-score HTTP/1.1\r\nHo")
+        .unwrap();
+    let _idle = server.connect();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let status = sigterm_and_wait(&mut server);
+    assert!(status.success(), "{status}");
+    // Bounded by the body deadline (300 ms), far below the 5 s drain.
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
