@@ -23,6 +23,9 @@ if r["total"] != 54100 or bad:
 print(f"verify: 1 passed, 0 failed ({r['total']} payloads exact, detection score {r['detection_score']:.2f})")
 PY
 
+echo "== fuzz: every cargo-fuzz target briefly, under AddressSanitizer (docs/FUZZING.md) =="
+scripts/fuzz.sh ci
+
 for extra in scripts/ci-lambda.sh scripts/ci-stack-smoke.sh; do
     if [ -x "$extra" ]; then
         echo "== $extra =="
