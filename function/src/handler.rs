@@ -181,6 +181,28 @@ mod tests {
     }
 
     #[test]
+    fn long_errors_are_cut() {
+        with_scorer(|s| {
+            let body = BODY.replace("41.12", &format!("\"{}\"", "9".repeat(50_000)));
+            let e = error_of(&s.handle("POST", "/fraud-score", body.as_bytes()));
+            assert!(
+                e.starts_with("transaction.amount: invalid type: string"),
+                "{e}"
+            );
+            assert!(e.ends_with("..."), "{e}");
+            assert_eq!(e.chars().count(), MAX_ERROR_CHARS + 3);
+            // Multi-byte characters are cut at a character boundary.
+            let body = BODY.replace("2026-03-11T18:45:53Z", &"\u{e9}".repeat(300));
+            let e = error_of(&s.handle("POST", "/fraud-score", body.as_bytes()));
+            assert!(e.starts_with("transaction.requested_at: "), "{e}");
+            assert_eq!(e.chars().count(), MAX_ERROR_CHARS + 3);
+            // Short ones are left alone.
+            let e = error_of(&s.handle("POST", "/fraud-score", b"{"));
+            assert!(!e.ends_with("..."), "{e}");
+        });
+    }
+
+    #[test]
     fn odd_but_valid_inputs_are_answered() {
         with_scorer(|s| {
             for body in [

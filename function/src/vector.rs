@@ -301,6 +301,73 @@ mod tests {
         assert_eq!((q[0], q[2]), (10_000, 10_000));
     }
 
+    /// The odd-but-valid rows of docs/HOSTILE.md, dimension by dimension (the same vectors
+    /// `local-runner/tests/hostile_labeller.py` computes from the spec).
+    #[test]
+    fn odd_values_follow_the_formulas() {
+        let q = |b: String| vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
+        let base = || body("41.12", "null");
+        assert_eq!(
+            q(base().replace(r#""installments":2"#, r#""installments":0"#))[1],
+            0
+        );
+        assert_eq!(
+            q(base().replace(r#""installments":2"#, r#""installments":1e6"#))[1],
+            10_000
+        );
+        assert_eq!(
+            q(base().replace(r#""installments":2"#, r#""installments":-3"#))[1],
+            0
+        );
+        // 2.5 / 12 = 0.208333... -> 0.2083
+        assert_eq!(
+            q(base().replace(r#""installments":2"#, r#""installments":2.5"#))[1],
+            2083
+        );
+        assert_eq!(
+            q(base().replace(r#""tx_count_24h":3"#, r#""tx_count_24h":-1"#))[8],
+            0
+        );
+        assert_eq!(
+            q(base().replace(r#""tx_count_24h":3"#, r#""tx_count_24h":1e9"#))[8],
+            10_000
+        );
+        assert_eq!(q(base().replace("29.23", "-29.23"))[7], 0);
+        assert_eq!(q(base().replace("29.23", "1e12"))[7], 10_000);
+        assert_eq!(q(base().replace("60.25", "-60.25"))[13], 0);
+        assert_eq!(
+            q(base().replace(r#""avg_amount":82.24"#, r#""avg_amount":-82.24"#))[2],
+            0
+        );
+        let unknown = q(base().replace(r#""mcc":"5411""#, r#""mcc":"""#));
+        assert_eq!(unknown[12], 5000);
+        assert_eq!(
+            q(base().replace(r#""mcc":"5411""#, r#""mcc":"5999""#)),
+            unknown
+        );
+        // An empty known list, or a case difference, makes the merchant unknown.
+        assert_eq!(
+            q(base().replace(r#"["MERC-003","MERC-016"]"#, "[]"))[11],
+            10_000
+        );
+        assert_eq!(
+            q(base().replace(r#""id":"MERC-016""#, r#""id":"merc-016""#))[11],
+            10_000
+        );
+        // Wednesday 18:45:53Z written with an offset that moves the local day: same instant.
+        let plain = q(base());
+        let offset = q(base().replace("2026-03-11T18:45:53Z", "2026-03-12T03:45:53+09:00"));
+        assert_eq!(offset, plain);
+        // A leap second at 23:59:60 is 00:00:00 of the next day (Thursday = 3).
+        let leap = q(base().replace("2026-03-11T18:45:53Z", "2026-03-11T23:59:60Z"));
+        assert_eq!((leap[3], leap[4]), (0, 5000));
+        // Lower-case t/z and a space separator are RFC 3339 too.
+        assert_eq!(
+            q(base().replace("2026-03-11T18:45:53Z", "2026-03-11 18:45:53z")),
+            plain
+        );
+    }
+
     #[test]
     fn rounding_is_half_away_from_zero() {
         // C round() and f64::round agree: halves go away from zero (not to even).
