@@ -7,7 +7,8 @@
 #     Lambda's limits (50 MB zipped for direct upload, 250 MB unzipped);
 #  3. starts the RIE on loopback with the packaged bootstrap, times the cold start;
 #  4. invokes every event in events/ (API Gateway v2 and v1, Function URL, ALB) and checks
-#     status, content type and body against events/expected.tsv;
+#     status, content type and body against events/expected.tsv, then the body-level rows of
+#     the bad-input matrix (events/hostile, docs/HOSTILE.md) against events/hostile/expected.tsv;
 #  5. replays public payloads from tests/data/test-data.json.gz, cycling through the four event
 #     formats, and checks each answer against expected_approved / expected_fraud_score;
 #  6. prints the measurements and a last line "N passed, M failed"; exits non-zero on any
@@ -201,8 +202,12 @@ def bootstrap_pid():
     return None
 
 
-# 2. Every sample event against events/expected.tsv.
-rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(events_dir, "expected.tsv"))][1:]
+# 2. Every sample event against events/expected.tsv, and the bad-input matrix's events
+# (events/hostile, docs/HOSTILE.md) against events/hostile/expected.tsv. `error` = a JSON
+# error; `error:<field>` = one whose message starts with "<field>: ".
+rows = []
+for table in ("expected.tsv", "hostile/expected.tsv"):
+    rows += [l.rstrip("\n").split("\t") for l in open(os.path.join(events_dir, table))][1:]
 for name, status, body in rows:
     try:
         got_status, ctype, got_body, headers = unpack(invoke(load(name)))
@@ -210,6 +215,8 @@ for name, status, body in rows:
         parsed = json.loads(got_body)
         if body == "error":
             ok = ok and isinstance(parsed.get("error"), str) and parsed["error"] != ""
+        elif body.startswith("error:"):
+            ok = ok and isinstance(parsed.get("error"), str) and parsed["error"].startswith(body[6:] + ": ")
         else:
             ok = ok and parsed == json.loads(body)
         if int(status) == 405:
