@@ -237,7 +237,7 @@ print(f"  restart at +{res['restart_ms_after_kill']} ms; own /ready 200 {res['re
 print(f"  monitor probes through HAProxy (new connection each 100 ms): {res['probes']}, failed {len(probe_fail)} {probe_fail[:5]}")
 print(f"  p99 whole run {res['p99_run_ms']:.2f} ms (p50 {res['p50_run_ms']:.2f}); p99 per second before the kill (median) "
       f"{res['p99_median_window_before_ms']}; worst second around the event {res['p99_max_window_around_event_ms']} ms")
-print("  per second around the kill: " + "  ".join(f"{w['t_rel_kill_s']:+.0f}s:{w['p99']:.1f}ms/{w['errors']}err" for w in around))
+print("  per second around the kill: " + "  ".join(f"{w['t_rel_kill_s']:+.1f}s:{w['p99']:.1f}ms/{w['errors']}err" for w in around))
 print("  victim timeline (ms from kill, own /ready, HAProxy state): " + ", ".join(f"{e['t_rel_kill_ms']:+d} {e['ready']} {e['haproxy']}" for e in res["victim_timeline"][:14]))
 PY
   log "run $run: $base.json"
