@@ -27,13 +27,19 @@
 //!
 //! Rows live in *slots*. Each list starts on a group boundary; every block but the last of a list
 //! holds a multiple of [`GROUP_ROWS`] rows, so padding slots occur only at the end of a list and
-//! carry the id [`PAD_ID`].
+//! carry the id [`PAD_ID`]. A block's `n_slots` counts its real rows only, so a reader can tell
+//! padding from its slot number without loading the id.
+//!
+//! Lists are ordered by key (then cell): `key_lists` gives each key's range, so the search can
+//! process the query's own key first and skip key groups whose key distance alone is too far.
 //!
 //! # Invariants a reader may rely on (checked by [`open`] or guaranteed by the packer)
 //! - Every stored value v satisfies -10000 <= v <= 10000; dimensions other than 5 and 6 are >= 0.
 //!   With queries in the same domain, every squared distance in fixed point is <= 2.0e9, so it
 //!   fits an `i32` (see `MAX_DISTANCE`).
 //! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding.
+//! - Version 2 (this one) ordered lists by key and made `n_slots` exclude padding; version 1
+//!   ordered lists by cell.
 //! - The per-8 list tables (`list_centroids`, `list_bounds`, `list_keys`) are padded to a
 //!   multiple of 8 lists; lanes past `lists.len()` are meaningless.
 
@@ -42,7 +48,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 /// Magic bytes at the start of the footer.
 pub const MAGIC: [u8; 8] = *b"FRDIDX\r\n";
 /// Version of the layout below. Bump it on any change to the archived types.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the footer that ends every artifact.
 pub const FOOTER_LEN: usize = 32;
 /// Alignment the archive needs in memory (the SIMD groups are 32-byte aligned).
@@ -183,7 +189,7 @@ pub struct List {
 pub struct Block {
     /// First slot; a multiple of [`GROUP_ROWS`].
     pub first_slot: u32,
-    /// Slots covered, padding included (the last block of a list may end in padding).
+    /// Real rows (the last block of a list may be followed by padding up to a whole group).
     pub n_slots: u32,
 }
 
@@ -196,6 +202,9 @@ pub struct Index {
     pub lists: Vec<List>,
     /// Key of each list (u32 so the search can permute a per-key table with one instruction).
     pub list_keys: Vec<u32>,
+    /// Lists are ordered by key: `key_lists[k]..key_lists[k + 1]` are the lists of key `k`
+    /// ([`KEYS`] + 1 entries).
+    pub key_lists: Vec<u32>,
     /// Each list's centroid rounded to the fixed-point grid, row lanes only, 8 lists per group.
     pub list_centroids: Vec<I16Group>,
     /// Each list's bounding box, 8 lists per group.
@@ -356,6 +365,18 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
         .any(|k| k.to_native() as usize >= KEYS)
     {
         return bad("a list key is out of range".into());
+    }
+    let kl = &index.key_lists;
+    if kl.len() != KEYS + 1
+        || kl[0] != 0
+        || kl[KEYS].to_native() as usize != n_lists
+        || kl.windows(2).any(|w| w[0] > w[1])
+        || (0..KEYS).any(|k| {
+            (kl[k].to_native() as usize..kl[k + 1].to_native() as usize)
+                .any(|l| index.list_keys[l].to_native() as usize != k)
+        })
+    {
+        return bad("lists are not grouped by key as key_lists says".into());
     }
     if index.blocks.len() != index.block_bounds.len() {
         return bad("blocks and block bounds differ in length".into());

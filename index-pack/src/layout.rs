@@ -12,7 +12,7 @@
 use crate::codec::{self, RowLanes};
 use crate::format::{
     Block, Bounds, BoundsGroup, CodecKind, Header, Index, List, DIMS, FORMAT_VERSION, GROUP_ROWS,
-    KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
+    KEYS, KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -110,9 +110,10 @@ pub fn build(
     let n = refs.vectors.len();
     assert!(n < (1 << 31), "ids hold the original index in 31 bits");
 
-    // Lists: sort reference indices by (cell, key, index).
+    // Lists: sort reference indices by (key, cell, index). Lists of one key are contiguous, so
+    // the search can skip a whole key group whose key distance alone exceeds its threshold.
     let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&i| (assignment[i as usize], key_of(&refs.vectors[i as usize]), i));
+    order.sort_by_key(|&i| (key_of(&refs.vectors[i as usize]), assignment[i as usize], i));
 
     let mut lists = Vec::new();
     let mut list_keys = Vec::new();
@@ -167,8 +168,6 @@ pub fn build(
             rows.push([0; LANES]);
             ids.push(PAD_ID);
         }
-        let last = blocks.last_mut().unwrap();
-        last.n_slots = ids.len() as u32 - last.first_slot;
 
         let first_super = super_bounds.len() as u32;
         for run in block_bounds[first_block as usize..].chunks(SUPER_BLOCKS) {
@@ -193,6 +192,14 @@ pub fn build(
         start = end;
     }
 
+    // key_lists[k]..key_lists[k + 1] are the lists of key k.
+    let mut key_lists = vec![0u32; KEYS + 1];
+    for &k in &list_keys {
+        key_lists[k as usize + 1] += 1;
+    }
+    for k in 0..KEYS {
+        key_lists[k + 1] += key_lists[k];
+    }
     // Pad the per-list tables to whole groups of 8 lists.
     while list_keys.len() % GROUP_ROWS != 0 {
         list_keys.push(0);
@@ -230,6 +237,7 @@ pub fn build(
         centroids: centroids.to_vec(),
         lists,
         list_keys,
+        key_lists,
         list_centroids,
         list_bounds,
         blocks,
