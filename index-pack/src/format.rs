@@ -38,8 +38,8 @@
 //!   With queries in the same domain, every squared distance in fixed point is <= 2.0e9, so it
 //!   fits an `i32` (see `MAX_DISTANCE`).
 //! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding.
-//! - Version 2 (this one) ordered lists by key and made `n_slots` exclude padding; version 1
-//!   ordered lists by cell.
+//! - Version 2 (this one) ordered lists by key, made `n_slots` exclude padding and stored block
+//!   boxes 8 to a group; version 1 ordered lists by cell and stored one box per block.
 //! - The per-8 list tables (`list_centroids`, `list_bounds`, `list_keys`) are padded to a
 //!   multiple of 8 lists; lanes past `lists.len()` are meaningless.
 
@@ -210,8 +210,10 @@ pub struct Index {
     /// Each list's bounding box, 8 lists per group.
     pub list_bounds: Vec<BoundsGroup>,
     pub blocks: Vec<Block>,
-    /// Each block's bounding box.
-    pub block_bounds: Vec<Bounds>,
+    /// The bounding boxes of the blocks of each super-block, transposed 8 to a group so that
+    /// one kernel call bounds all of them (same index as `super_bounds`; lanes past the
+    /// super-block's blocks are zero and meaningless).
+    pub block_bounds: Vec<BoundsGroup>,
     /// Bounding box of each run of [`SUPER_BLOCKS`] consecutive blocks of a list (the last run
     /// of a list may be shorter). Blocks follow k-d order, so a run is a compact region and its
     /// box lets the search skip 8 block boxes with one test.
@@ -378,8 +380,8 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     {
         return bad("lists are not grouped by key as key_lists says".into());
     }
-    if index.blocks.len() != index.block_bounds.len() {
-        return bad("blocks and block bounds differ in length".into());
+    if index.super_bounds.len() != index.block_bounds.len() {
+        return bad("super-blocks and block bound groups differ in length".into());
     }
     let slots = index.ids.len();
     if !slots.is_multiple_of(GROUP_ROWS) {
@@ -395,18 +397,19 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     if groups.0 * GROUP_ROWS != slots {
         return bad(format!("{} code groups for {slots} slots", groups.0));
     }
-    let mut next_block = 0usize;
+    let (mut next_block, mut next_super) = (0usize, 0usize);
     for (i, list) in index.lists.iter().enumerate() {
         let (first, n) = (
             list.first_block.to_native() as usize,
             list.n_blocks.to_native() as usize,
         );
-        if first != next_block || n == 0 {
+        if first != next_block || n == 0 || list.first_super.to_native() as usize != next_super {
             return bad(format!("list {i} does not continue the block sequence"));
         }
         next_block = first + n;
+        next_super += n.div_ceil(SUPER_BLOCKS);
     }
-    if next_block != index.blocks.len() {
+    if next_block != index.blocks.len() || next_super != index.super_bounds.len() {
         return bad("lists do not cover all blocks".into());
     }
     for (i, b) in index.blocks.iter().enumerate() {

@@ -120,7 +120,7 @@ pub fn build(
     let mut list_boxes = Vec::new();
     let mut list_centroid_lanes = Vec::new();
     let mut blocks = Vec::new();
-    let mut block_bounds: Vec<Bounds> = Vec::new();
+    let mut block_bounds = Vec::new();
     let mut super_bounds = Vec::new();
     let mut ids: Vec<u32> = Vec::with_capacity(n + n / 8);
     let mut rows: Vec<RowLanes> = Vec::with_capacity(n + n / 8);
@@ -147,6 +147,7 @@ pub fn build(
 
         let first_block = blocks.len() as u32;
         let mut list_box = empty_box();
+        let mut boxes = Vec::with_capacity(pieces.len());
         for piece in pieces {
             let first_slot = ids.len();
             let mut b = empty_box();
@@ -161,7 +162,7 @@ pub fn build(
                 first_slot: first_slot as u32,
                 n_slots: piece.len() as u32,
             });
-            block_bounds.push(b);
+            boxes.push(b);
         }
         // Pad the list to a whole group.
         while !ids.len().is_multiple_of(GROUP_ROWS) {
@@ -170,10 +171,11 @@ pub fn build(
         }
 
         let first_super = super_bounds.len() as u32;
-        for run in block_bounds[first_block as usize..].chunks(SUPER_BLOCKS) {
+        for run in boxes.chunks(SUPER_BLOCKS) {
             let mut b = empty_box();
             run.iter().for_each(|r| grow_box(&mut b, r));
             super_bounds.push(b);
+            block_bounds.push(bounds_group(run));
         }
         lists.push(List {
             cell,

@@ -174,3 +174,47 @@ fn reference_domain_is_enforced() {
     v[5] = -1.0;
     assert_eq!(layout::to_fixed(&v).unwrap()[5], -10_000);
 }
+
+/// Tables that disagree with each other are refused at open (the search indexes them unchecked
+/// by key range and super-block), even when the checksum is valid.
+#[test]
+fn inconsistent_tables_are_refused() {
+    let r = refs(500);
+    let centroids: Vec<[f32; 14]> = r
+        .vectors
+        .iter()
+        .step_by(50)
+        .map(|v| v.map(|k| k as f32 / 1e4))
+        .collect();
+    let assignment: Vec<u32> = (0..r.vectors.len() as u32)
+        .map(|i| i % centroids.len() as u32)
+        .collect();
+    let params = LayoutParams {
+        codec: CodecKind::I16,
+        block_rows: 16,
+        kmeans_iters: 0,
+        kmeans_seed: 0,
+    };
+    let good = layout::build(&r, &centroids, &assignment, &params);
+    let n_lists = good.lists.len() as u32;
+    let damage: [(&str, fn(&mut format::Index)); 3] = [
+        ("key ranges", |i| i.key_lists.swap(1, 2)),
+        ("super-blocks", |i| i.lists[1].first_super += 1),
+        ("block boxes", |i| {
+            i.block_bounds.pop();
+        }),
+    ];
+    assert!(
+        good.key_lists[1] != good.key_lists[2] && n_lists > 2,
+        "the damage must change something"
+    );
+    for (what, damage) in damage {
+        let mut bad = good.clone();
+        damage(&mut bad);
+        let err = open(&format::to_artifact(&bad)).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Inconsistent(_)),
+            "{what}: {err:?}"
+        );
+    }
+}

@@ -214,8 +214,8 @@ struct Scratch {
     pending: Vec<(i32, u32)>,
     /// Blocks of the list being visited that passed their box test: (bound, block).
     blocks: Vec<(i32, u32)>,
-    /// Super-blocks of the list being visited that passed: their block range.
-    supers: Vec<(u32, u32)>,
+    /// Super-blocks of the list being visited that passed: (super-block, first block, end).
+    supers: Vec<(u32, u32, u32)>,
     /// All references seen with distance <= the running 5th distance.
     cands: Vec<Cand>,
     /// The 5 smallest distances seen (with repetition), ascending.
@@ -497,27 +497,26 @@ fn visit_list<S: Kernels>(
     let end = first + list.n_blocks.to_native() as usize;
     let first_super = list.first_super.to_native() as usize;
 
-    // Every block whose box can still hold a row <= the threshold, with its bound. Supers first,
-    // so the block boxes of all passing supers are requested together.
+    // Every block whose box can still hold a row <= the threshold, with its bound. Super-block
+    // boxes first, so the block boxes of all passing super-blocks are requested together.
     s.supers.clear();
-    for (sup, run) in (first..end).step_by(SUPER_BLOCKS).enumerate() {
+    for (i, run) in (first..end).step_by(SUPER_BLOCKS).enumerate() {
+        let sup = first_super + i;
         s.stats.boxes_tested += 1;
-        if c + k.box_lower_bound(bounds(&index.super_bounds[first_super + sup]), prep)
-            <= s.threshold()
-        {
+        if c + k.box_lower_bound(bounds(&index.super_bounds[sup]), prep) <= s.threshold() {
             let run_end = (run + SUPER_BLOCKS).min(end);
-            prefetch(&index.block_bounds[run..run_end]);
+            prefetch(std::slice::from_ref(&index.block_bounds[sup]));
             prefetch(&index.blocks[run..run_end]);
-            s.supers.push((run as u32, run_end as u32));
+            s.supers.push((sup as u32, run as u32, run_end as u32));
         }
     }
     s.blocks.clear();
-    for &(run, run_end) in &s.supers {
-        for b in run as usize..run_end as usize {
-            s.stats.boxes_tested += 1;
-            let lb = c + k.box_lower_bound(bounds(&index.block_bounds[b]), prep);
-            if lb <= s.best[K - 1] {
-                s.blocks.push((lb, b as u32));
+    for &(sup, run, run_end) in &s.supers {
+        s.stats.boxes_tested += run_end - run;
+        let lbs = k.boxes_lower_bound(bounds_group(&index.block_bounds[sup as usize]), prep);
+        for (b, &lb) in (run..run_end).zip(&lbs) {
+            if c + lb <= s.best[K - 1] {
+                s.blocks.push((c + lb, b));
             }
         }
     }
