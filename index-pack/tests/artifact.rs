@@ -197,7 +197,8 @@ fn inconsistent_tables_are_refused() {
     };
     let good = layout::build(&r, &centroids, &assignment, &params);
     let n_lists = good.lists.len() as u32;
-    let damage: [(&str, fn(&mut format::Index)); 3] = [
+    type Damage = fn(&mut format::Index);
+    let damage: [(&str, Damage); 3] = [
         ("key ranges", |i| i.key_lists.swap(1, 2)),
         ("super-blocks", |i| i.lists[1].first_super += 1),
         ("block boxes", |i| {
