@@ -7,8 +7,10 @@
 #   - errors by kind and how long they took (fast connection closes vs 2 s timeouts), dropped
 #     iterations (k6 could not start the request in time: the generator's own limit);
 #   - p99 per phase and per second, and the recovery time: seconds from the end of the overload
-#     until every later one-second window is error-free with p99 at most the worst one-second
-#     p99 of the normal period before it;
+#     to the first of 5 consecutive one-second windows that are error-free with p99 at most the
+#     worst one-second p99 of the normal period before it (seconds 2..BEFORE-1); the first such
+#     single second too. (On this shared 2-core box foreign jobs put single seconds above that
+#     line at any time, so "every later second" would measure them, not the stack.)
 #   - HAProxy's queue and session counts over time (stats socket).
 #
 # Usage: scripts/stack-overload.sh
@@ -85,11 +87,9 @@ ph = lambda w: "before" if w["w"] < B else ("overload" if w["w"] < B + O else "a
 normal = [w for w in wins if 2 <= w["w"] < B]
 limit = max(w["p99"] for w in normal)
 after_w = [w for w in wins if B + O <= w["w"] < B + O + A]
-rec = None
-for i, w in enumerate(after_w):
-    if all(x["errors"] == 0 and x["p99"] <= limit for x in after_w[i:]):
-        rec = w["w"] - (B + O)
-        break
+ok = lambda x: x["errors"] == 0 and x["p99"] <= limit
+rec = next((w["w"] - (B + O) for i, w in enumerate(after_w) if len(after_w[i:i + 5]) == 5 and all(ok(x) for x in after_w[i:i + 5])), None)
+first_ok = next((w["w"] - (B + O) for w in after_w if ok(w)), None)
 t0 = k6["t0_ms"]
 def mon_max(f):
     vals = [f(r) for r in mon if r["t"] >= t0]
@@ -108,7 +108,7 @@ res = {
     "rate": k6["rate"], "requests": k6["requests"], "errors": k6["errors"], "fp": k6["fp"], "fn": k6["fn"],
     "dropped_iterations": k6["dropped_iterations"], "vus_max": k6["vus_max"],
     "phases": k6["phases"], "error_kinds": k6["error_kinds"],
-    "normal_p99_limit_ms": limit, "recovery_s": rec,
+    "normal_p99_limit_ms": limit, "recovery_s": rec, "first_normal_second_s": first_ok,
     "haproxy_max": {"frontend_scur": mon_max(lambda r: num((r.get("frontend") or {}).get("scur"))),
                     "backend_qcur": mon_max(lambda r: num((r.get("backend") or {}).get("qcur"))),
                     "api1_scur": mon_max(lambda r: num((r.get("api1") or {}).get("scur"))),
@@ -127,7 +127,7 @@ for p, v in res["phases"].items():
 for k, v in res["error_kinds"].items():
     d = v["duration_ms"] or {}
     print(f"  error {k}: {v['n']} (time to fail: median {d.get('med', 0):.1f} ms, p99 {d.get('p99', 0):.1f}, max {d.get('max', 0):.1f})")
-print(f"  recovery: {rec} s after the overload (p99 <= {limit:.2f} ms and no errors in every later second)")
+print(f"  recovery: first normal second {first_ok} s after the overload, 5 normal seconds in a row from {rec} s (normal: no errors, p99 <= {limit:.2f} ms)")
 print(f"  HAProxy max: {res['haproxy_max']}; samples with a server not UP: {res['servers_not_up_samples']}")
 for s, m in mem.items():
     print(f"  {s:8s} peak {m['peak_mb']} MB of {m['limit_mb']} MB (sampled max {m['sampled_max_mb']}), failcnt {m['failcnt']}, oom_kill {m['oom_kill']}")
