@@ -572,6 +572,7 @@ impl GenPayload {
         // required field rejects.
         let (mut body_level, mut rejects, mut open) = (false, false, false);
         let mut damaged: Vec<&str> = vec![];
+        let mut landed: Vec<&str> = vec![];
         let mut truncate = None;
         let mut trailing = false;
         for d in &self.damage {
@@ -618,6 +619,19 @@ impl GenPayload {
                     None
                 }
             };
+            // Damage to the same field twice, or to a field and one inside it, can cancel out
+            // (a duplicate, then one copy dropped): not modelled.
+            if let Some((path, _)) = effect {
+                let overlaps = |q: &str| {
+                    q == path
+                        || q.strip_prefix(path).is_some_and(|r| r.starts_with('.'))
+                        || path.strip_prefix(q).is_some_and(|r| r.starts_with('.'))
+                };
+                if landed.iter().any(|q| overlaps(q)) {
+                    open = true;
+                }
+                landed.push(path);
+            }
             match effect {
                 Some((path, true)) => {
                     rejects = true;
