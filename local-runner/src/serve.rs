@@ -39,9 +39,11 @@
 //! idle keep-alive connection is closed after the head timeout) and in memory (16 KiB of read
 //! buffer, `--max-body-bytes` of body), and there are at most `--max-connections` of them, so a
 //! flood of idle or slow clients costs a bounded amount of memory (11 KiB per idle connection,
-//! measured) and is shed with a fast 503 instead of queueing. Instance loss is the balancer's business
-//! (health checks and retries in `docker/haproxy/haproxy.cfg`); this side only has to answer
-//! 503 on `/ready` while not warm and to exit cleanly on SIGTERM.
+//! measured) and is shed with a fast 503 instead of queueing.
+//!
+//! Instance loss is the balancer's business (health checks and retries in
+//! `docker/haproxy/haproxy.cfg`); this side only has to answer 503 on `/ready` while not warm
+//! and to exit cleanly on SIGTERM.
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -305,7 +307,7 @@ where
     Fut: Future<Output = std::io::Result<S>>,
 {
     let open = Arc::new(AtomicUsize::new(0));
-    let mut shed_logged = Instant::now() - Duration::from_secs(60);
+    let mut shed_logged: Option<Instant> = None;
     loop {
         let stream = tokio::select! {
             biased;
@@ -325,12 +327,12 @@ where
         };
         let Some(slot) = Slot::take(&open, limits.max_connections) else {
             // At most one line a second, however fast connections are shed.
-            if shed_logged.elapsed() >= Duration::from_secs(1) {
+            if shed_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                 warn!(
                     max_connections = limits.max_connections,
                     "connection limit reached: answering 503 and closing new connections"
                 );
-                shed_logged = Instant::now();
+                shed_logged = Some(Instant::now());
             }
             tokio::spawn(shed(stream));
             continue;
@@ -421,10 +423,15 @@ async fn answer(
             Bytes::from_static(br#"{"error":"body too large"}"#),
         )));
     }
-    // A body normally arrives with its head, so the collect is ready at its first poll and the
-    // timer is never registered.
-    let collect = Limited::new(body, limits.max_body_bytes).collect();
-    let body = match tokio::time::timeout(limits.body_timeout, collect).await {
+    // A body normally arrives with its head, so the collect is ready at its first poll: try
+    // that first, and make a timer only for a body that is still on its way.
+    let mut collect = std::pin::pin!(Limited::new(body, limits.max_body_bytes).collect());
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let collected = match first {
+        Poll::Ready(done) => Ok(done),
+        Poll::Pending => tokio::time::timeout(limits.body_timeout, collect).await,
+    };
+    let body = match collected {
         Ok(Ok(collected)) => collected.to_bytes(),
         // The rest of the body is not read: the connection must close after this answer.
         Ok(Err(e)) if e.is::<LengthLimitError>() => {

@@ -1,8 +1,9 @@
 //! The bad-input matrix (docs/HOSTILE.md) against the real `local-runner serve` binary: every
 //! row of the table is a case here, spoken in raw bytes over a Unix socket.
 //!
-//! Servers run with short deadlines (`--header-timeout-ms 300 --body-timeout-ms 300`) so the
-//! timeout rows take a fraction of a second instead of the production 10 s.
+//! Servers of the timeout rows run with short deadlines (`--header-timeout-ms 300
+//! --body-timeout-ms 300`) so that they take a fraction of a second instead of the production
+//! 10 s; the other rows run with the production settings.
 
 mod common;
 
@@ -18,6 +19,11 @@ fn fast_server(name: &str) -> Server {
     start_ready(name, FAST)
 }
 
+/// Production deadlines, for tests that do not exercise them (no flakes on a loaded machine).
+fn server(name: &str) -> Server {
+    start_ready(name, &[])
+}
+
 /// The odd-but-valid inputs with the answers of an independent labeller
 /// (`tests/hostile_labeller.py`, written from the spec alone, scanning all 3M references).
 #[derive(serde::Deserialize)]
@@ -29,7 +35,7 @@ struct ValidCase {
 
 #[test]
 fn odd_but_valid_inputs_get_the_labellers_answer() {
-    let server = fast_server("valid");
+    let server = server("valid");
     let cases: Vec<ValidCase> = serde_json::from_str(include_str!("data/hostile-valid.json"))
         .expect("tests/data/hostile-valid.json");
     assert!(cases.len() >= 50, "{} cases", cases.len());
@@ -53,9 +59,10 @@ fn odd_but_valid_inputs_get_the_labellers_answer() {
 
 #[test]
 fn odd_but_valid_shapes_are_answered() {
-    let server = fast_server("shapes");
-    let legit_base = r#"{"approved":true,"fraud_score":0.0}"#; // BASE, per the labeller
-                                                               // 30,000 nested arrays in an ignored field: skipped without recursion (no stack risk).
+    let server = server("shapes");
+    // The labeller's answer for BASE.
+    let legit_base = r#"{"approved":true,"fraud_score":0.0}"#;
+    // 30,000 nested arrays in an ignored field: skipped without recursion (no stack risk).
     let deep = BASE.replacen(
         "{\"id\":\"tx-",
         &format!(
@@ -188,7 +195,7 @@ fn invalid_cases() -> Vec<(&'static str, Vec<u8>, &'static str, &'static str)> {
 
 #[test]
 fn invalid_bodies_get_a_fast_400_naming_the_field() {
-    let server = fast_server("invalid");
+    let server = server("invalid");
     let s = server.connect();
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut s = s;
@@ -280,7 +287,7 @@ fn body_over_the_limit_is_413_then_close() {
 
 #[test]
 fn other_methods_get_405_with_allow() {
-    let server = fast_server("methods");
+    let server = server("methods");
     for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"] {
         let resp = server.one(request(method, "/fraud-score", "").as_bytes());
         assert_eq!(resp.status, 405, "{method}");
@@ -315,7 +322,7 @@ fn other_methods_get_405_with_allow() {
 
 #[test]
 fn other_paths_get_404() {
-    let server = fast_server("paths");
+    let server = server("paths");
     for path in [
         "/",
         "/fraud-score/",
@@ -336,7 +343,7 @@ fn other_paths_get_404() {
 
 #[test]
 fn query_strings_and_absolute_targets_route_by_path() {
-    let server = fast_server("query");
+    let server = server("query");
     for target in [
         "/fraud-score?x=1",
         "/fraud-score?",
@@ -368,7 +375,7 @@ fn query_strings_and_absolute_targets_route_by_path() {
 
 #[test]
 fn chunked_bodies() {
-    let server = fast_server("chunked");
+    let server = server("chunked");
     // A body in odd-sized chunks, with a chunk extension and a trailer.
     let mut raw =
         b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
@@ -413,7 +420,7 @@ fn chunked_bodies() {
         .unwrap();
     let t = Instant::now();
     assert!(closed_by_server(&mut BufReader::new(s)));
-    assert!(t.elapsed() < DEADLINE, "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     // Content-Length and chunked together (a smuggling attempt): chunked wins, the length is
     // ignored, and hyper closes the connection after the answer (RFC 9112 6.3). Here the
     // chunked body is empty, hence the parser's 400.
@@ -439,7 +446,7 @@ fn chunked_bodies() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let server = fast_server("pipeline");
+    let server = server("pipeline");
     let mut batch = Vec::new();
     let mut want = Vec::new();
     for i in 0..60 {
@@ -758,15 +765,21 @@ fn connections_over_the_cap_get_a_fast_503_and_the_server_recovers() {
         "cap",
         &["--max-connections", "4", "--header-timeout-ms", "5000"],
     );
-    // The ready check's connection is closed; wait until the server has counted it out.
-    std::thread::sleep(Duration::from_millis(100));
+    // Take the 4 slots (retrying while the ready check's closed connection is still counted).
     let mut held = Vec::new();
-    for _ in 0..4 {
+    let deadline = Instant::now() + PATIENCE;
+    while held.len() < 4 {
         let mut s = server.connect();
         let mut r = BufReader::new(s.try_clone().unwrap());
         s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
             .unwrap();
-        assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+        let resp = read_response(&mut r);
+        if resp.status == 503 {
+            assert!(Instant::now() < deadline, "slots never freed");
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        assert_eq!(resp.body, LEGIT_ANSWER);
         held.push(s);
     }
     // The fifth: an immediate 503 and close, whether or not it sent its request yet.
@@ -813,28 +826,44 @@ fn connections_over_the_cap_get_a_fast_503_and_the_server_recovers() {
 
 #[test]
 fn many_idle_connections_cost_bounded_memory_and_expire() {
-    // 1000 silent connections (the default cap is 1024) against a server with short deadlines.
+    // 500 silent connections (half the default cap of 1024; a CI runner's default limit of 1024
+    // descriptors must hold them plus the other tests') against a server with short deadlines.
     let server = start_ready(
         "many",
-        &["--header-timeout-ms", "1000", "--max-connections", "1000"],
+        &["--header-timeout-ms", "1000", "--max-connections", "500"],
     );
+    // Let the server count out the ready check's connection first.
+    std::thread::sleep(Duration::from_millis(100));
     let before = proc_status_kb(server.pid(), "RssAnon");
-    let idle: Vec<_> = (0..1000).map(|_| server.connect()).collect();
+    let idle: Vec<_> = (0..500).map(|_| server.connect()).collect();
     // All accepted: a request on a further connection is over the cap...
     std::thread::sleep(Duration::from_millis(200));
     let during = proc_status_kb(server.pid(), "RssAnon");
     let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
     assert_eq!(resp.status, 503);
     // ...and the idle ones cost little memory each.
-    let per_conn = (during.saturating_sub(before)) as f64 / 1000.0;
-    eprintln!("anonymous RSS {before} KiB -> {during} KiB with 1000 idle connections ({per_conn:.1} KiB each)");
+    let per_conn = (during.saturating_sub(before)) as f64 / 500.0;
+    eprintln!("anonymous RSS {before} KiB -> {during} KiB with 500 idle connections ({per_conn:.1} KiB each)");
     assert!(per_conn < 40.0, "{per_conn:.1} KiB per idle connection");
     // After the head deadline they are all gone and new clients are served.
     let t = Instant::now();
+    let mut shed = 0;
     for s in idle {
         let mut r = BufReader::new(s);
-        assert!(closed_by_server(&mut r));
+        let mut got = Vec::new();
+        let _ = r.read_to_end(&mut got); // EOF (or a reset) once the server closes it
+                                         // On a slow machine the last one may have been shed at once (the ready check's slot
+                                         // not yet freed); that is the cap working, not a leak.
+        if !got.is_empty() {
+            assert!(
+                got.starts_with(b"HTTP/1.1 503 "),
+                "{:?}",
+                String::from_utf8_lossy(&got)
+            );
+            shed += 1;
+        }
     }
+    assert!(shed <= 1, "{shed} of 500 idle connections shed");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     let deadline = Instant::now() + PATIENCE;
     loop {
