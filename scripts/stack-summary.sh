@@ -9,7 +9,7 @@ import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     d = json.load(open(f))
     k = d.get("k6", d)
-    if "latency_ms" not in k:
+    if "latency_ms" not in k or "-chaos-" in f or "-overload-" in f:  # resilience runs: their own JSON
         continue
     kind = "floor" if "floor" in os.path.basename(f) else "stack"
     extra = ""
