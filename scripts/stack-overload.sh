@@ -76,7 +76,7 @@ states=$(container_states)
 log "containers: $states"
 docker logs -t "$(stack_id haproxy)" >"$base.haproxy.log" 2>&1 || true
 /usr/bin/python3 - "$base" "$k6_rc" "$load_start" "$load_end" "$before" "$after" "$states" "$BEFORE" "$OVER" "$AFTER" \
-  "$(cat "$base.k6.time" 2>/dev/null | tail -1)" <<'PY'
+  "$(tail -1 "$base.k6.time" 2>/dev/null)" <<'PY'
 import json, sys, datetime
 base, k6_rc, load_start, load_end, before, after, states, B, O, A, k6time = sys.argv[1:]
 B, O, A = int(B), int(O), int(A)
