@@ -70,6 +70,9 @@ for t in $targets; do
         -artifact_prefix="artifacts/$t/"
     )
     [ -f "dict/$t.dict" ] && args+=(-dict="dict/$t.dict")
+    # CI explores the same mutations every time (fixed seed): a failure there is reproducible,
+    # not luck. Long runs keep libFuzzer's random seed.
+    [ "$mode" = ci ] && args+=(-seed=1)
     [ -f "options/$t.max_len" ] && args+=(-max_len="$(cat "options/$t.max_len")")
     log=work/logs/$t.log
     echo "== fuzz $t: $seconds s =="
