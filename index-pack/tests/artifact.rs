@@ -25,6 +25,10 @@ fn refs(n: usize) -> References {
 }
 
 fn artifact(codec: CodecKind) -> Vec<u8> {
+    format::to_artifact(&index(codec))
+}
+
+fn index(codec: CodecKind) -> format::Index {
     let r = refs(500);
     let centroids: Vec<[f32; 14]> = r
         .vectors
@@ -41,7 +45,7 @@ fn artifact(codec: CodecKind) -> Vec<u8> {
         kmeans_iters: 0,
         kmeans_seed: 0,
     };
-    format::to_artifact(&layout::build(&r, &centroids, &assignment, &params))
+    layout::build(&r, &centroids, &assignment, &params)
 }
 
 fn open(bytes: &[u8]) -> Result<(), FormatError> {
@@ -179,23 +183,7 @@ fn reference_domain_is_enforced() {
 /// by key range and super-block), even when the checksum is valid.
 #[test]
 fn inconsistent_tables_are_refused() {
-    let r = refs(500);
-    let centroids: Vec<[f32; 14]> = r
-        .vectors
-        .iter()
-        .step_by(50)
-        .map(|v| v.map(|k| k as f32 / 1e4))
-        .collect();
-    let assignment: Vec<u32> = (0..r.vectors.len() as u32)
-        .map(|i| i % centroids.len() as u32)
-        .collect();
-    let params = LayoutParams {
-        codec: CodecKind::I16,
-        block_rows: 16,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-    };
-    let good = layout::build(&r, &centroids, &assignment, &params);
+    let good = index(CodecKind::I16);
     let n_lists = good.lists.len() as u32;
     type Damage = fn(&mut format::Index);
     let damage: [(&str, Damage); 3] = [
