@@ -89,41 +89,22 @@ impl Lcg {
     }
 }
 
-/// An index without faiss: centroids are every `step`-th reference, assignment is the exact
-/// nearest centroid (as in the function crate's search tests).
+/// A faiss-free index ([`layout::build_sampled`]), as in the function crate's search tests.
 fn small_index(
     refs: &References,
     cells: usize,
     codec: CodecKind,
     block_rows: u32,
 ) -> rkyv::util::AlignedVec<32> {
-    let step = (refs.vectors.len() / cells.max(1)).max(1);
-    let centroids: Vec<[f32; DIMS]> = refs
-        .vectors
-        .iter()
-        .step_by(step)
-        .map(|v| v.map(|k| (k as f64 / SCALE) as f32))
-        .collect();
-    let assignment: Vec<u32> = refs
-        .vectors
-        .iter()
-        .map(|v| {
-            let d = |c: &[f32; DIMS]| -> f32 {
-                (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
-            };
-            (0..centroids.len())
-                .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
-                .unwrap() as u32
-        })
-        .collect();
     let params = LayoutParams {
         codec,
         block_rows,
         kmeans_iters: 0,
         kmeans_seed: 0,
     };
-    let index = layout::build(refs, &centroids, &assignment, &params);
-    format::aligned_copy(&format::to_artifact(&index))
+    format::aligned_copy(&format::to_artifact(&layout::build_sampled(
+        refs, cells, &params,
+    )))
 }
 
 /// The contest labeller, transcribed: f64 distances over all references in file order; a

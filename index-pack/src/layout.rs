@@ -94,6 +94,32 @@ pub struct LayoutParams {
     pub kmeans_seed: u32,
 }
 
+/// An index without k-means, for tests and fuzzing (no faiss): about `cells` centroids taken
+/// as every n-th reference, each reference assigned to its exact nearest centroid. Lists come
+/// out of very different sizes, which exercises the search more than k-means cells would.
+pub fn build_sampled(refs: &References, cells: usize, params: &LayoutParams) -> Index {
+    let step = (refs.vectors.len() / cells.max(1)).max(1);
+    let centroids: Vec<[f32; DIMS]> = refs
+        .vectors
+        .iter()
+        .step_by(step)
+        .map(|v| v.map(|k| (k as f64 / SCALE) as f32))
+        .collect();
+    let assignment: Vec<u32> = refs
+        .vectors
+        .iter()
+        .map(|v| {
+            let d = |c: &[f32; DIMS]| -> f32 {
+                (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
+            };
+            (0..centroids.len())
+                .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
+                .unwrap() as u32
+        })
+        .collect();
+    build(refs, &centroids, &assignment, params)
+}
+
 /// Builds the index. `assignment[i]` is the cell of reference i, `< centroids.len()`.
 pub fn build(
     refs: &References,

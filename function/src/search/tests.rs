@@ -22,41 +22,22 @@ pub(crate) fn labeller_top5(refs: &References, q: &[i16; DIMS]) -> Vec<u32> {
     best.into_iter().map(|(_, i)| i).collect()
 }
 
-/// Builds an index with centroids taken from the data (every `step`-th vector) and exact
-/// nearest-centroid assignment: no faiss needed, and lists of very different sizes.
+/// A faiss-free index ([`layout::build_sampled`]): lists of very different sizes.
 pub(crate) fn small_index(
     refs: &References,
     cells: usize,
     codec: CodecKind,
     block_rows: u32,
 ) -> AlignedVec<32> {
-    let step = (refs.vectors.len() / cells.max(1)).max(1);
-    let centroids: Vec<[f32; DIMS]> = refs
-        .vectors
-        .iter()
-        .step_by(step)
-        .map(|v| v.map(|k| (k as f64 / SCALE) as f32))
-        .collect();
-    let assignment: Vec<u32> = refs
-        .vectors
-        .iter()
-        .map(|v| {
-            let d = |c: &[f32; DIMS]| -> f32 {
-                (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
-            };
-            (0..centroids.len())
-                .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
-                .unwrap() as u32
-        })
-        .collect();
     let params = LayoutParams {
         codec,
         block_rows,
         kmeans_iters: 0,
         kmeans_seed: 0,
     };
-    let index = layout::build(refs, &centroids, &assignment, &params);
-    format::aligned_copy(&format::to_artifact(&index))
+    format::aligned_copy(&format::to_artifact(&layout::build_sampled(
+        refs, cells, &params,
+    )))
 }
 
 /// Random references on a coarse grid (many exact ties) or a fine one, with sentinels.
