@@ -41,16 +41,7 @@ data=$(test_data)
 [ "${STACK_SKIP_BUILD:-0}" = 1 ] || "$ROOT/scripts/stack-images.sh" all
 mkdir -p "$RESULTS"
 
-mon_pid=
-teardown() {
-  [ -z "$mon_pid" ] || kill "$mon_pid" 2>/dev/null || true
-  if [ "${STACK_KEEP:-0}" = 1 ]; then
-    log "STACK_KEEP=1: stack left up"
-    return
-  fi
-  "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-}
-trap teardown EXIT
+trap stack_teardown EXIT
 stack_up
 "$ROOT/scripts/stack-check.sh" --running >&2
 

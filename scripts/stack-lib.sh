@@ -149,6 +149,18 @@ stack_up() {
 }
 
 # Container id of a service of the running stack.
+# Stops the background monitor (its pid in $mon_pid, if one runs) and takes the stack down, unless
+# STACK_KEEP=1. The resilience scripts install it with `trap stack_teardown EXIT`.
+mon_pid=
+stack_teardown() {
+  [ -z "${mon_pid:-}" ] || kill "$mon_pid" 2>/dev/null || true
+  if [ "${STACK_KEEP:-0}" = 1 ]; then
+    log "STACK_KEEP=1: stack left up"
+    return
+  fi
+  "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+}
+
 stack_id() { "${COMPOSE[@]}" ps -q "$1"; }
 
 # Host path of the shared socket volume (api1.sock, api2.sock, haproxy.sock).

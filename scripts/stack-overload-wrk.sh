@@ -43,16 +43,7 @@ with open(out, "w") as f:
 PY
 export WRK_BODIES=$bodies
 
-mon_pid=
-teardown() {
-  [ -z "$mon_pid" ] || kill "$mon_pid" 2>/dev/null || true
-  if [ "${STACK_KEEP:-0}" = 1 ]; then
-    log "STACK_KEEP=1: stack left up"
-    return
-  fi
-  "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-}
-trap teardown EXIT
+trap stack_teardown EXIT
 stack_up
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
