@@ -404,13 +404,13 @@ fn search<S: Kernels>(
         let lists = index.key_lists[key].to_native() as usize
             ..index.key_lists[key + 1].to_native() as usize;
         if !lists.is_empty() {
-            visit_key_group(k, index, params, lists, kc, &prep, &keyc, s);
+            visit_key_group(k, index, params, lists, kc, &prep, s);
         }
     }
 }
 
 /// Visits, nearest bound first, every list of one key group whose bound is within the
-/// threshold. `kc` is the group's key constant.
+/// threshold. `kc` is the group's key constant (the key dims' share of every distance in it).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn visit_key_group<S: Kernels>(
@@ -420,7 +420,6 @@ fn visit_key_group<S: Kernels>(
     lists: std::ops::Range<usize>,
     kc: i32,
     prep: &Prepared,
-    keyc: &[i32; KEYS],
     s: &mut Scratch,
 ) {
     // Centroid distance and box lower bound of each list, 8 lists at a time. The groups at the
@@ -456,7 +455,7 @@ fn visit_key_group<S: Kernels>(
             prefetch_supers(index, l as usize);
         }
         for &(_, l) in &nearest[..probe] {
-            visit_list(k, index, l as usize, prep, keyc, s);
+            visit_list(k, index, l as usize, kc, prep, s);
         }
     }
 
@@ -480,17 +479,18 @@ fn visit_key_group<S: Kernels>(
                 prefetch_supers(index, next as usize);
             }
         }
-        visit_list(k, index, l as usize, prep, keyc, s);
+        visit_list(k, index, l as usize, kc, prep, s);
     }
 }
 
 #[inline(always)]
+/// Visits one list: `c` is its key constant (the same for the whole key group).
 fn visit_list<S: Kernels>(
     k: S,
     index: &ArchivedIndex,
     l: usize,
+    c: i32,
     prep: &Prepared,
-    keyc: &[i32; KEYS],
     s: &mut Scratch,
 ) {
     s.visited[l] = true;
@@ -499,7 +499,6 @@ fn visit_list<S: Kernels>(
     }
     s.stats.lists_visited += 1;
     let list = &index.lists[l];
-    let c = keyc[index.list_keys[l].to_native() as usize];
     let first = list.first_block.to_native() as usize;
     let end = first + list.n_blocks.to_native() as usize;
     let first_super = list.first_super.to_native() as usize;
