@@ -483,8 +483,8 @@ fn visit_key_group<S: Kernels>(
     }
 }
 
-#[inline(always)]
 /// Visits one list: `c` is its key constant (the same for the whole key group).
+#[inline(always)]
 fn visit_list<S: Kernels>(
     k: S,
     index: &ArchivedIndex,
