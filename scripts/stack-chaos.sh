@@ -35,11 +35,7 @@ case $MODE in
 esac
 RATE=${RATE:-900} DURATION=${DURATION:-40} VICTIM=${VICTIM:-alternate} KILL_HOW=${KILL_HOW:-docker}
 LABEL=${LABEL:-$MODE-$KILL_HOW}
-docker info >/dev/null 2>&1 || die "docker info fails: no usable Docker engine"
-ensure_k6
-data=$(test_data)
-[ "${STACK_SKIP_BUILD:-0}" = 1 ] || "$ROOT/scripts/stack-images.sh" all
-mkdir -p "$RESULTS"
+stack_prepare --k6
 
 trap stack_teardown EXIT
 stack_up
@@ -51,16 +47,8 @@ now_ms() { date +%s%3N; }
 wait_both_up() {
   local i s
   for ((i = 0; i < 600; i++)); do
-    s=$(python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"show stat\n")
-b = b""
-while True:
-    c = s.recv(65536)
-    if not c: break
-    b += c
-up = [l.split(",")[1] for l in b.decode().splitlines() if l.startswith("apis,api") and l.split(",")[17] == "UP"]
-print(len(up))' "$(sock_dir)/haproxy.sock" 2>/dev/null || echo 0)
+    # Field 18 of `show stat` is the server's status.
+    s=$(haproxy_stat | awk -F, '/^apis,api/ && $18 == "UP"' | wc -l)
     [ "$s" = 2 ] && return 0
     sleep 0.1
   done
@@ -79,16 +67,18 @@ wait_traffic() {
   done
   return 1
 }
-be_conns() {
+# Current connections of the backend (field 5 of `show stat`).
+be_conns() { haproxy_stat | awk -F, '/^apis,BACKEND/ {n += $5} END {print n + 0}'; }
+
+# HAProxy's `show stat` CSV from its stats socket (nothing if the socket does not answer).
+haproxy_stat() {
   python3 -c '
 import socket, sys
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"show stat\n")
-b = b""
 while True:
     c = s.recv(65536)
     if not c: break
-    b += c
-print(sum(int(l.split(",")[4]) for l in b.decode().splitlines() if l.startswith("apis,BACKEND")))' "$(sock_dir)/haproxy.sock" 2>/dev/null || echo 0
+    sys.stdout.write(c.decode())' "$(sock_dir)/haproxy.sock" 2>/dev/null || true
 }
 
 for ((run = 1; run <= runs; run++)); do
@@ -101,7 +91,7 @@ for ((run = 1; run <= runs; run++)); do
   vid=$(stack_id "$victim")
   hid=$(stack_id haproxy)
   MON_PROBE=1 stack_monitor "$base.monitor.jsonl" 0.1 &
-  mon_pid=$!
+  mon_pid=$! # no memory figures here: the victim's cgroup changes when it restarts
   before=$(container_stats COMPOSE haproxy api1 api2)
   log "run $run/$runs: $MODE at ${RATE}/s, kill $victim ($KILL_HOW) at ${KILL_AT}s, load $(cut -d' ' -f1-3 /proc/loadavg)"
   k6_start=$(now_ms)
@@ -131,9 +121,7 @@ for ((run = 1; run <= runs; run++)); do
   k6_rc=$?
   set -e
   sleep 1
-  kill "$mon_pid" 2>/dev/null || true
-  wait "$mon_pid" 2>/dev/null || true
-  mon_pid=
+  stack_monitor_stop
   after=$(container_stats COMPOSE haproxy api1 api2)
   docker logs -t "$hid" >"$base.haproxy.log" 2>&1 || true
   docker logs -t "$vid" >"$base.$victim.log" 2>&1 || true

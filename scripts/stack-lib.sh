@@ -28,8 +28,7 @@ ensure_k6() {
 # The test set, decompressed once (k6 cannot read gzip).
 test_data() {
   local src=${TEST_DATA_GZ:-$ROOT/tests/data/test-data.json.gz}
-  [ -f "$src" ] || src=$ROOT/../shared/data/test-data.json.gz
-  [ -f "$src" ] || die "test-data.json.gz not found (tests/data or ../shared/data)"
+  [ -f "$src" ] || die "$src not found (the repository carries tests/data/test-data.json.gz)"
   local out=$ROOT/target/stack-data/test-data.json
   if [ ! -s "$out" ] || [ "$src" -nt "$out" ]; then
     mkdir -p "$(dirname "$out")"
@@ -149,6 +148,44 @@ stack_up() {
 }
 
 # Container id of a service of the running stack.
+# The common start of the load scripts: a Docker engine, k6 ($1: --k6 or --no-k6), the test set
+# (path in $data), the images (unless STACK_SKIP_BUILD=1) and the results directory.
+stack_prepare() {
+  docker info >/dev/null 2>&1 || die "docker info fails: no usable Docker engine"
+  case ${1:-} in
+    --k6) ensure_k6 ;;
+    --no-k6) ;;
+    *) die "stack_prepare: say --k6 or --no-k6" ;;
+  esac
+  data=$(test_data)
+  [ "${STACK_SKIP_BUILD:-0}" = 1 ] || "$ROOT/scripts/stack-images.sh" all
+  mkdir -p "$RESULTS"
+}
+
+# Starts stack_monitor in the background (output $1, interval $2) with every container's memory
+# cgroup, after resetting its peak (cgroup v1: writing 0 does it), so the peak read at the end is
+# this test's. Sets mon_pid; stack_monitor_stop or stack_teardown ends it.
+stack_monitor_start() { # out-file interval
+  local svc id cg
+  MON_MEM=
+  for svc in haproxy api1 api2; do
+    id=$(docker inspect -f '{{.Id}}' "$(stack_id "$svc")")
+    cg=$(cgroup_dir "$id" memory) || die "no memory cgroup for $svc"
+    MON_MEM="$MON_MEM $svc=$cg"
+    [ ! -f "$cg/memory.max_usage_in_bytes" ] || echo 0 >"$cg/memory.max_usage_in_bytes"
+  done
+  export MON_MEM
+  stack_monitor "$1" "$2" &
+  mon_pid=$!
+}
+
+stack_monitor_stop() {
+  [ -n "${mon_pid:-}" ] || return 0
+  kill "$mon_pid" 2>/dev/null || true
+  wait "$mon_pid" 2>/dev/null || true
+  mon_pid=
+}
+
 # Stops the background monitor (its pid in $mon_pid, if one runs) and takes the stack down, unless
 # STACK_KEEP=1. The resilience scripts install it with `trap stack_teardown EXIT`.
 mon_pid=

@@ -25,17 +25,13 @@ WARM_C=${WARM_C:-11} OVER_C=${OVER_C:-512} AFTER_C=${AFTER_C:-11} THREADS=${THRE
 WARM_DELAY=${WARM_DELAY:-10} OVER_DELAY=${OVER_DELAY:-0} AFTER_DELAY=${AFTER_DELAY:-10}
 TIMEOUT=${TIMEOUT:-2s} NBODIES=${NBODIES:-400} LABEL=${LABEL:-c$OVER_C}
 command -v wrk >/dev/null 2>&1 || die "wrk not found (apt-get install -y wrk)"
-docker info >/dev/null 2>&1 || die "docker info fails: no usable Docker engine"
-[ "${STACK_SKIP_BUILD:-0}" = 1 ] || "$ROOT/scripts/stack-images.sh" all
-mkdir -p "$RESULTS"
-src=${TEST_DATA_GZ:-$ROOT/tests/data/test-data.json.gz}
-[ -f "$src" ] || src=$ROOT/../shared/data/test-data.json.gz
+stack_prepare --no-k6
 bodies=$RESULTS/wrk-bodies.txt
 # One compact request body per line, NBODIES of them spread over the whole test set.
-python3 - "$src" "$NBODIES" "$bodies" <<'PY'
-import gzip, json, sys
+python3 - "$data" "$NBODIES" "$bodies" <<'PY'
+import json, sys
 src, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-e = json.load(gzip.open(src))["entries"]
+e = json.load(open(src))["entries"]
 step = max(1, len(e) // n)
 with open(out, "w") as f:
     for x in e[::step][:n]:
@@ -48,17 +44,8 @@ stack_up
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 base=$RESULTS/$stamp-overload-wrk-$LABEL
-MON_MEM=
-for svc in haproxy api1 api2; do
-  id=$(docker inspect -f '{{.Id}}' "$(stack_id "$svc")")
-  cg=$(cgroup_dir "$id" memory) || die "no memory cgroup for $svc"
-  MON_MEM="$MON_MEM $svc=$cg"
-  [ ! -f "$cg/memory.max_usage_in_bytes" ] || echo 0 >"$cg/memory.max_usage_in_bytes"
-done
-export MON_MEM
+stack_monitor_start "$base.monitor.jsonl" 0.25
 before=$(container_stats COMPOSE haproxy api1 api2)
-stack_monitor "$base.monitor.jsonl" 0.25 &
-mon_pid=$!
 
 phase() { # name seconds connections delay-ms
   local name=$1 secs=$2 c=$3 d=$4
@@ -75,9 +62,7 @@ phase overload "$OVER" "$OVER_C" "$OVER_DELAY"
 t_after=$(date +%s%3N)
 phase after "$AFTER" "$AFTER_C" "$AFTER_DELAY"
 sleep 1
-kill "$mon_pid" 2>/dev/null || true
-wait "$mon_pid" 2>/dev/null || true
-mon_pid=
+stack_monitor_stop
 after=$(container_stats COMPOSE haproxy api1 api2)
 print_stats "$before" "$after" | tee -a "$base.log" >&2
 states=$(container_states)

@@ -24,11 +24,7 @@ set -euo pipefail
 RATE=${RATE:-900} FACTOR=${FACTOR:-3} BEFORE=${BEFORE:-15} OVER=${OVER:-30} AFTER=${AFTER:-45}
 OVER_VUS=${OVER_VUS:-600} MAX_VUS=${MAX_VUS:-3000}
 LABEL=${LABEL:-x$FACTOR}
-docker info >/dev/null 2>&1 || die "docker info fails: no usable Docker engine"
-ensure_k6
-data=$(test_data)
-[ "${STACK_SKIP_BUILD:-0}" = 1 ] || "$ROOT/scripts/stack-images.sh" all
-mkdir -p "$RESULTS"
+stack_prepare --k6
 
 trap stack_teardown EXIT
 stack_up
@@ -36,18 +32,8 @@ stack_up
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 base=$RESULTS/$stamp-overload-$LABEL
-MON_MEM=
-for svc in haproxy api1 api2; do
-  id=$(docker inspect -f '{{.Id}}' "$(stack_id "$svc")")
-  cg=$(cgroup_dir "$id" memory) || die "no memory cgroup for $svc"
-  MON_MEM="$MON_MEM $svc=$cg"
-  # cgroup v1: writing 0 resets the peak, so the figure below is the peak of this test.
-  [ ! -f "$cg/memory.max_usage_in_bytes" ] || echo 0 >"$cg/memory.max_usage_in_bytes"
-done
-export MON_MEM
+stack_monitor_start "$base.monitor.jsonl" 0.25
 before=$(container_stats COMPOSE haproxy api1 api2)
-stack_monitor "$base.monitor.jsonl" 0.25 &
-mon_pid=$!
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "overload: ${RATE}/s ${BEFORE}s, $((FACTOR * RATE))/s ${OVER}s, ${RATE}/s ${AFTER}s (load $load_start)"
 set +e
@@ -58,9 +44,7 @@ k6_rc=$?
 set -e
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 sleep 1
-kill "$mon_pid" 2>/dev/null || true
-wait "$mon_pid" 2>/dev/null || true
-mon_pid=
+stack_monitor_stop
 after=$(container_stats COMPOSE haproxy api1 api2)
 print_stats "$before" "$after"
 states=$(container_states)
