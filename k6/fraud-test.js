@@ -15,31 +15,10 @@
 
 import http from 'k6/http';
 import exec from 'k6/execution';
-import { SharedArray } from 'k6/data';
-import { Counter } from 'k6/metrics';
+import { BASE_URL, entries, tp, tn, fp, fn, errors } from './common.js';
 
 const MODE = __ENV.MODE || 'full';
-const BASE_URL = __ENV.BASE_URL || 'http://localhost:9999';
 const SUMMARY = __ENV.SUMMARY || 'k6-summary.json';
-
-// Traffic goes only to this machine: refuse anything but a loopback address.
-if (!/^http:\/\/(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$/.test(BASE_URL)) {
-  throw new Error(`BASE_URL must be a loopback http://host:port, got ${BASE_URL}`);
-}
-if (!__ENV.TEST_DATA) {
-  throw new Error('TEST_DATA must name the decompressed test-data.json');
-}
-
-// [body text, expected_approved] per entry, serialised once here rather than per request.
-const entries = new SharedArray('entries', () =>
-  JSON.parse(open(__ENV.TEST_DATA)).entries.map((e) => [JSON.stringify(e.request), e.expected_approved]),
-);
-
-const tp = new Counter('tp');
-const tn = new Counter('tn');
-const fp = new Counter('fp');
-const fn = new Counter('fn');
-const errors = new Counter('errors');
 
 const scenarios = {
   full: {

@@ -27,11 +27,10 @@
 
 import http from 'k6/http';
 import exec from 'k6/execution';
-import { SharedArray } from 'k6/data';
 import { Counter, Trend } from 'k6/metrics';
+import { BASE_URL, entries, tp, tn, fp, fn, errors } from './common.js';
 
 const MODE = __ENV.MODE || 'steady';
-const BASE_URL = __ENV.BASE_URL || 'http://localhost:9999';
 const SUMMARY = __ENV.SUMMARY || 'k6-resilience.json';
 const RATE = Number(__ENV.RATE || 900);
 const DURATION = Number(__ENV.DURATION || 40);
@@ -43,22 +42,6 @@ const OVER_VUS = Number(__ENV.OVER_VUS || 600);
 const MAX_VUS = Number(__ENV.MAX_VUS || 3000);
 const LOG_FAILURES = (__ENV.LOG_FAILURES || (MODE === 'overload' ? '0' : '1')) === '1';
 
-if (!/^http:\/\/(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$/.test(BASE_URL)) {
-  throw new Error(`BASE_URL must be a loopback http://host:port, got ${BASE_URL}`);
-}
-if (!__ENV.TEST_DATA) {
-  throw new Error('TEST_DATA must name the decompressed test-data.json');
-}
-
-const entries = new SharedArray('entries', () =>
-  JSON.parse(open(__ENV.TEST_DATA)).entries.map((e) => [JSON.stringify(e.request), e.expected_approved]),
-);
-
-const tp = new Counter('tp');
-const tn = new Counter('tn');
-const fp = new Counter('fp');
-const fn = new Counter('fn');
-const errors = new Counter('errors');
 const errKind = new Counter('err_kind');
 const errDuration = new Trend('err_duration', true);
 
