@@ -3,7 +3,7 @@
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COMPOSE=(docker-compose --compatibility --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" ${STACK_OVERRIDE:+-f "$STACK_OVERRIDE"} -p fraudstack)
-FLOOR_COMPOSE=(docker-compose --compatibility --project-directory "$ROOT/docker" -f "$ROOT/docker/compose.floor.yml" -p fraudfloor)
+FLOOR_COMPOSE=(docker-compose --compatibility --project-directory "$ROOT/docker" -f "$ROOT/docker/compose.floor.yml" ${FLOOR_OVERRIDE:+-f "$FLOOR_OVERRIDE"} -p fraudfloor)
 RESULTS=${STACK_RESULTS:-$ROOT/target/stack-results}
 K6_VERSION=1.1.0
 
@@ -132,7 +132,9 @@ stack_up() {
   "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
   t0=$(date +%s.%N)
   "${COMPOSE[@]}" up -d 2>&1 | sed 's/^/  /' >&2
+  # STACK_WAIT_LOGS=0: backends that are not local-runner (docker/experiments/backend-*.yml).
   for svc in api1 api2; do
+    [ "${STACK_WAIT_LOGS:-1}" = 1 ] || break
     for ((i = 0; i < 240; i++)); do
       "${COMPOSE[@]}" logs --no-color "$svc" 2>/dev/null | grep -q "warm-up done; ready" && break
       sleep 0.25

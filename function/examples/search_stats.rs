@@ -2,6 +2,7 @@
 //! counters of the search (lists, blocks, rows) at p50/p90/p99.
 //!
 //! `cargo run --release -p function --features embedded-index --example search_stats [PROBE [lazy|prefault|hugepages|hot]]`
+//! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
 
 use function::search::{SearchParams, Searcher};
 use function::{payload, vector};
@@ -39,6 +40,9 @@ fn main() {
         None => function::index::load(mode).unwrap(),
     };
     let searcher = Searcher::new(idx, SearchParams { probe });
+    // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
+    // other processes leave behind between two requests of a served API.
+    let mut evict = vec![0u8; std::env::var("EVICT_KB").map_or(0, |v| v.parse::<usize>().unwrap()) << 10];
     let (mut parse, mut search, mut lists, mut blocks, mut rows) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut boxes, mut bytes) = (vec![], vec![]);
@@ -46,6 +50,10 @@ fn main() {
         parse.clear();
         search.clear();
         for b in &bodies {
+            for i in (0..evict.len()).step_by(64) {
+                evict[i] = evict[i].wrapping_add(1);
+            }
+            std::hint::black_box(&evict);
             let t = Instant::now();
             let q = vector::vectorize(&payload::parse(b).unwrap()).unwrap();
             let t1 = Instant::now();

@@ -34,6 +34,18 @@
 //!    keep-alive connections are closed at once), remove the socket file, exit 0. Connections
 //!    still busy after `--drain-ms` are dropped.
 //!
+//! ## Index residency (`--residency`, default `lazy`)
+//! The index is read in place (zero-copy); warm-up reads every page before `/ready` says 200.
+//! `--residency hugepages` instead copies it, before the bind, into anonymous memory backed by
+//! 2 MiB transparent huge pages (the binary's file pages are released as the copy goes, so the
+//! container is charged ~99 MB, not twice 92 MB). With caches and TLB evicted before each query
+//! (`EVICT_KB=8192 taskset -c 1 target/release/examples/search_stats 8 <residency>`, 2 x 54,100
+//! queries) huge pages cut the search's p50 / p90 / p99 from 18.4 / 54-145 / 215-298 us to
+//! 13.7-14.2 / 28-29 / 64-77 us. In the contest stack it did not help: 2026-11-30, full
+//! replica runs alternated on one machine, stack p99 1.59 and 1.41 ms with huge pages against
+//! 1.38 and 1.27 ms in place, the same API CPU per request (~107 us), 7 MB more memory each.
+//! So the default stays zero-copy; `docker/experiments/residency-hugepages.yml` repeats it.
+//!
 //! ## Bounded resources
 //! Every connection is bounded in time (head, body and stalled writes each have a deadline; an
 //! idle keep-alive connection is closed after the head timeout) and in memory (16 KiB of read
@@ -45,6 +57,8 @@
 //! `docker/haproxy/haproxy.cfg`); this side only has to answer 503 on `/ready` while not warm
 //! and to exit cleanly on SIGTERM.
 
+#[cfg(feature = "embedded-index")]
+use crate::read_interest::ReadInterest;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use function::Scorer;
@@ -101,6 +115,12 @@ pub struct ServeArgs {
     /// Queries run on the loop thread during warm-up, after the index pages are read.
     #[arg(long, env = "FRAUD_WARMUP_QUERIES", default_value_t = 512)]
     pub warmup_queries: usize,
+    /// How the embedded index is made resident: `lazy` (zero-copy; warm-up reads every page
+    /// before ready), `prefault` (zero-copy, every page read and checked before the bind) or
+    /// `hugepages` (a copy in 2 MiB pages; see "Index residency" in the module docs).
+    #[cfg(feature = "embedded-index")]
+    #[arg(long, env = "FRAUD_INDEX_RESIDENCY", default_value = "lazy")]
+    pub residency: function::index::Residency,
 }
 
 /// Transport limits (see the table at the top of this module).
@@ -181,6 +201,14 @@ static READY: AtomicBool = AtomicBool::new(false);
 #[cfg(feature = "embedded-index")]
 pub fn run(args: ServeArgs) -> Result<()> {
     let endpoint: Endpoint = args.listen.parse()?;
+    let t = Instant::now();
+    function::index::load(args.residency).context("cannot open the embedded index")?;
+    info!(
+        residency = ?args.residency,
+        ms = t.elapsed().as_millis() as u64,
+        anon_huge_mb = function::index::anon_huge_bytes().map(|b| b >> 20),
+        "index resident"
+    );
     let scorer = function::embedded_scorer().context("cannot open the embedded index")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -193,6 +221,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         scorer,
         Limits::from(&args),
         args.warmup_queries,
+        args.residency,
     ))
 }
 
@@ -239,10 +268,11 @@ async fn serve(
     scorer: Scorer<'static>,
     limits: Limits,
     warmup_queries: usize,
+    residency: function::index::Residency,
 ) -> Result<()> {
     let listener = Listener::bind(&endpoint)?;
     info!(?endpoint, ?limits, "listening; warming up");
-    let warm = tokio::spawn(warm_up(scorer, warmup_queries));
+    let warm = tokio::spawn(warm_up(scorer, warmup_queries, residency));
     // Shutdown broadcast: connections watch the receiver; once every connection task has dropped
     // its clone, `closed()` resolves, which is how the drain below knows they are all done.
     let (shutdown, watch) = tokio::sync::watch::channel(());
@@ -255,7 +285,7 @@ async fn serve(
                 || async {
                     let (s, _) = l.accept().await?;
                     s.set_nodelay(true)?;
-                    Ok(s)
+                    ReadInterest::new(s.into_std()?)
                 },
                 scorer,
                 limits,
@@ -266,7 +296,7 @@ async fn serve(
         }
         Listener::Unix(l, _) => {
             accept_loop(
-                || async { Ok(l.accept().await?.0) },
+                || async { ReadInterest::new(l.accept().await?.0.into_std()?) },
                 scorer,
                 limits,
                 &watch,
@@ -640,9 +670,14 @@ fn reply(
 #[cfg(feature = "embedded-index")]
 /// Reads every index page (blocking thread), then runs varied queries on the loop thread so the
 /// search scratch, branch predictors and caches of *this* thread are warm. Then `/ready` says 200.
-async fn warm_up(scorer: Scorer<'static>, queries: usize) {
+async fn warm_up(scorer: Scorer<'static>, queries: usize, residency: function::index::Residency) {
     let t = Instant::now();
-    match tokio::task::spawn_blocking(function::index::prefault).await {
+    // `prefault` and `hugepages` made the index resident (and checked it) before the bind.
+    let read_pages = move || match residency {
+        function::index::Residency::Lazy => function::index::prefault(),
+        _ => Ok(()),
+    };
+    match tokio::task::spawn_blocking(read_pages).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             // The build script verified the same bytes; a failure here means a damaged binary.
