@@ -42,7 +42,8 @@ fn main() {
     let searcher = Searcher::new(idx, SearchParams { probe });
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
     // other processes leave behind between two requests of a served API.
-    let mut evict = vec![0u8; std::env::var("EVICT_KB").map_or(0, |v| v.parse::<usize>().unwrap()) << 10];
+    let mut evict =
+        vec![0u8; std::env::var("EVICT_KB").map_or(0, |v| v.parse::<usize>().unwrap()) << 10];
     let (mut parse, mut search, mut lists, mut blocks, mut rows) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut boxes, mut bytes) = (vec![], vec![]);

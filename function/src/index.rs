@@ -146,7 +146,10 @@ fn release_file_pages(src: &[u8], exe: &std::fs::File, maps: &str) {
         let mut f = line.split_whitespace();
         let (range, _perms, offset) = (f.next()?, f.next()?, f.next()?);
         let (a, b) = range.split_once('-')?;
-        let (a, b) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+        let (a, b) = (
+            usize::from_str_radix(a, 16).ok()?,
+            usize::from_str_radix(b, 16).ok()?,
+        );
         let offset = usize::from_str_radix(offset, 16).ok()?;
         (a <= lo && lo < b).then_some((a, b, offset))
     }) else {
@@ -180,4 +183,40 @@ pub fn anon_huge_bytes() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("AnonHugePages:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_copy_holds_the_artifact_and_the_source_stays_readable() {
+        let copy = huge_copy(ARTIFACT);
+        assert_eq!(copy.len(), ARTIFACT.len());
+        assert_eq!(
+            copy.as_ptr() as usize % 32,
+            0,
+            "format::open needs 32-byte alignment"
+        );
+        assert!(copy == ARTIFACT, "the copy differs from the embedded bytes");
+        // The source pages were released during the copy: reading them again faults the same
+        // bytes back in from the executable, and both still open as the same valid index.
+        format::verify_deep(ARTIFACT).unwrap();
+        format::verify_deep(copy).unwrap();
+        assert_eq!(
+            format::open(copy).unwrap().lists.len(),
+            format::open(ARTIFACT).unwrap().lists.len()
+        );
+    }
+
+    #[test]
+    fn residency_names_parse() {
+        assert_eq!("lazy".parse(), Ok(Residency::Lazy));
+        assert_eq!("prefault".parse(), Ok(Residency::Prefault));
+        assert_eq!("hugepages".parse(), Ok(Residency::HugePages));
+        assert!("huge"
+            .parse::<Residency>()
+            .unwrap_err()
+            .contains("lazy, prefault or hugepages"));
+    }
 }

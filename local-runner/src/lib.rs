@@ -6,6 +6,5 @@
 //! [`serve::serve_connection`] over any byte stream and any [`function::Scorer`], which is how the
 //! HTTP request path is fuzzed in process without building the 94 MB index.
 
-pub mod read_interest;
 pub mod serve;
 pub mod verify;

@@ -57,8 +57,6 @@
 //! `docker/haproxy/haproxy.cfg`); this side only has to answer 503 on `/ready` while not warm
 //! and to exit cleanly on SIGTERM.
 
-#[cfg(feature = "embedded-index")]
-use crate::read_interest::ReadInterest;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use function::Scorer;
@@ -285,7 +283,7 @@ async fn serve(
                 || async {
                     let (s, _) = l.accept().await?;
                     s.set_nodelay(true)?;
-                    ReadInterest::new(s.into_std()?)
+                    Ok(s)
                 },
                 scorer,
                 limits,
@@ -296,7 +294,7 @@ async fn serve(
         }
         Listener::Unix(l, _) => {
             accept_loop(
-                || async { ReadInterest::new(l.accept().await?.0.into_std()?) },
+                || async { Ok(l.accept().await?.0) },
                 scorer,
                 limits,
                 &watch,
