@@ -10,8 +10,11 @@
 //!   spread over ~90 MB, so with 4 KiB pages most list visits miss the TLB. Measured on the
 //!   public set: with a hot cache (each query repeated) search p50 5.0-5.8 us vs 7.9-8.9 us with
 //!   4 KiB pages; replayed cold in file order (`local-runner verify --residency`) no measurable
-//!   change (p50 26-28 us either way), where cache misses dominate. It costs a copy at start
-//!   (tens of ms) and ~90 MB of anonymous memory, so it is not the default.
+//!   change (p50 26-28 us either way), where cache misses dominate. With 8 MiB of other memory
+//!   walked before each query (`search_stats` with `EVICT_KB=8192`, as between two requests of
+//!   a served API) it cuts the search's p99 from 215-298 to 64-77 us, yet the contest stack
+//!   showed no gain (`local-runner/src/serve.rs`, "Index residency"). It costs a copy at start
+//!   (~270 ms with the check) and ~90 MB of anonymous memory, so it is not the default.
 //!
 //! The build script verified the CRC before embedding; `Prefault` and `HugePages` check it again
 //! on the bytes actually served.

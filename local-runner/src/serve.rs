@@ -43,7 +43,7 @@
 //! queries) huge pages cut the search's p50 / p90 / p99 from 18.4 / 54-145 / 215-298 us to
 //! 13.7-14.2 / 28-29 / 64-77 us. In the contest stack it did not help: 2026-11-30, full
 //! replica runs alternated on one machine, stack p99 1.59 and 1.41 ms with huge pages against
-//! 1.38 and 1.27 ms in place, the same API CPU per request (~107 us), 7 MB more memory each.
+//! 1.38 and 1.27 ms in place, the same API CPU per request (103-108 us), 7 MB more memory each.
 //! So the default stays zero-copy; `docker/experiments/residency-hugepages.yml` repeats it.
 //!
 //! ## Bounded resources
