@@ -20,6 +20,7 @@
 //! on the bytes actually served.
 
 use index_pack::format::{self, ArchivedIndex, FormatError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 static ARTIFACT: &[u8] =
@@ -69,11 +70,13 @@ pub fn load(mode: Residency) -> Result<&'static ArchivedIndex, FormatError> {
                 Residency::Lazy => ARTIFACT,
                 Residency::Prefault => {
                     format::verify_deep(ARTIFACT)?;
+                    RESIDENT.store(true, Ordering::Release);
                     ARTIFACT
                 }
                 Residency::HugePages => {
                     let copy = huge_copy(ARTIFACT);
                     format::verify_deep(copy)?;
+                    RESIDENT.store(true, Ordering::Release);
                     copy
                 }
             };
@@ -82,9 +85,19 @@ pub fn load(mode: Residency) -> Result<&'static ArchivedIndex, FormatError> {
         .clone()
 }
 
-/// Reads every page of the embedded artifact and checks its CRC32 and row count.
+/// Set once the bytes the index is served from have been read in full and checked.
+static RESIDENT: AtomicBool = AtomicBool::new(false);
+
+/// Reads every page of the embedded artifact and checks its CRC32 and row count; nothing to do
+/// if that was already done (by [`load`] with `Prefault` or `HugePages`, or an earlier call). In
+/// particular this does not fault back the file pages a `HugePages` copy released.
 pub fn prefault() -> Result<(), FormatError> {
-    format::verify_deep(ARTIFACT)
+    if RESIDENT.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    format::verify_deep(ARTIFACT)?;
+    RESIDENT.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// A copy of `bytes` in memory advised to use transparent huge pages, leaked for the process

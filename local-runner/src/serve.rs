@@ -219,7 +219,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         scorer,
         Limits::from(&args),
         args.warmup_queries,
-        args.residency,
     ))
 }
 
@@ -266,11 +265,10 @@ async fn serve(
     scorer: Scorer<'static>,
     limits: Limits,
     warmup_queries: usize,
-    residency: function::index::Residency,
 ) -> Result<()> {
     let listener = Listener::bind(&endpoint)?;
     info!(?endpoint, ?limits, "listening; warming up");
-    let warm = tokio::spawn(warm_up(scorer, warmup_queries, residency));
+    let warm = tokio::spawn(warm_up(scorer, warmup_queries));
     // Shutdown broadcast: connections watch the receiver; once every connection task has dropped
     // its clone, `closed()` resolves, which is how the drain below knows they are all done.
     let (shutdown, watch) = tokio::sync::watch::channel(());
@@ -668,14 +666,10 @@ fn reply(
 #[cfg(feature = "embedded-index")]
 /// Reads every index page (blocking thread), then runs varied queries on the loop thread so the
 /// search scratch, branch predictors and caches of *this* thread are warm. Then `/ready` says 200.
-async fn warm_up(scorer: Scorer<'static>, queries: usize, residency: function::index::Residency) {
+async fn warm_up(scorer: Scorer<'static>, queries: usize) {
     let t = Instant::now();
-    // `prefault` and `hugepages` made the index resident (and checked it) before the bind.
-    let read_pages = move || match residency {
-        function::index::Residency::Lazy => function::index::prefault(),
-        _ => Ok(()),
-    };
-    match tokio::task::spawn_blocking(read_pages).await {
+    // A no-op when `--residency prefault|hugepages` already did it before the bind.
+    match tokio::task::spawn_blocking(function::index::prefault).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             // The build script verified the same bytes; a failure here means a damaged binary.
