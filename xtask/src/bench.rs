@@ -1,0 +1,10 @@
+//! `cargo xtask bench` (being ported from scripts/).
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<()> {
+    bail!("cargo xtask bench: not ported yet")
+}

@@ -1,0 +1,10 @@
+//! `cargo xtask fuzz` (being ported from scripts/).
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<()> {
+    bail!("cargo xtask fuzz: not ported yet")
+}

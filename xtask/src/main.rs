@@ -1,0 +1,64 @@
+//! `cargo xtask`: the harness of the fraud scorer, as code (the alias is in `.cargo/config.toml`).
+//!
+//! Every harness the project has is a subcommand here; `scripts/` keeps only the README's two
+//! commands and the package installer they share. Each command prints progress on stderr, ends
+//! with one verdict line (`<command>: PASS|FAIL <figures>`, see [`report`]) and writes the same
+//! result as JSON under `target/xtask/`.
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `ci` | what `.ci/run` runs after setup: formatting, lints, tests and every gate below |
+//! | `verify` | the public test set through the handler (and, with `--neighbours`, against the oracle) |
+//! | `lambda` | the Lambda binary under AWS's emulator, and the `sam build` path |
+//! | `stack ...` | the contest stack in docker compose: images, replica runs, floor, bound, gates |
+//! | `fuzz` | the cargo-fuzz targets under AddressSanitizer |
+//! | `bench` | criterion benchmarks of the search |
+
+mod bench;
+mod ci;
+mod cmd;
+mod fuzz;
+mod lambda;
+mod report;
+mod stack;
+mod verify;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing, benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Everything CI checks (after scripts/setup.sh): fmt, clippy, tests and every gate.
+    Ci(ci::Args),
+    /// Replay the public test set through the handler; fail on any difference from the labels.
+    Verify(verify::Args),
+    /// The Lambda function: emulator run of the sample events and the replay, `sam build`.
+    Lambda(lambda::Args),
+    /// The contest stack (HAProxy + two APIs in docker compose) under k6.
+    Stack(stack::Args),
+    /// The cargo-fuzz targets (AddressSanitizer).
+    Fuzz(fuzz::Args),
+    /// Benchmarks (criterion) of the search against brute force and faiss.
+    Bench(bench::Args),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Ci(a) => ci::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Lambda(a) => lambda::run(a),
+        Command::Stack(a) => stack::run(a),
+        Command::Fuzz(a) => fuzz::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
