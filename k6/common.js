@@ -1,5 +1,9 @@
-// What the k6 scripts share: the loopback-only target, the test set and the answer counters.
-// Imported in the init context, so each VU gets the same SharedArray and metrics.
+// What the k6 scripts share: the loopback guard, the test set, the answer counters and the
+// per-second windows. Imported in the init context, so each VU gets the same SharedArray and metrics.
+//
+// Per-second windows: every request is tagged `w` = whole seconds since the end of setup(), and an
+// always-true threshold per window makes k6 keep a submetric for it, so the summary can carry
+// count, errors, p50 and p99 for each second (`cargo xtask stack` plots and gates on them).
 
 import { SharedArray } from 'k6/data';
 import { Counter } from 'k6/metrics';
@@ -24,3 +28,40 @@ export const tn = new Counter('tn');
 export const fp = new Counter('fp');
 export const fn = new Counter('fn');
 export const errors = new Counter('errors');
+
+// Thresholds that only make k6 keep latency and errors per window, for `seconds` of load plus 5
+// (a request started in the last second may finish 2 s later).
+export function windowThresholds(seconds) {
+  const t = {};
+  for (let w = 0; w < seconds + 5; w++) {
+    t[`http_req_duration{w:${w}}`] = ['max>=0'];
+    t[`errors{w:${w}}`] = ['count>=0'];
+  }
+  return t;
+}
+
+// The tags of a request started now, given setup()'s start time.
+export function windowTags(t0) {
+  return { w: String(Math.max(0, Math.floor((Date.now() - t0) / 1000))) };
+}
+
+export function metricValues(data, name) {
+  const m = data.metrics[name];
+  return m ? m.values : null;
+}
+
+export function metricCount(data, name) {
+  const v = metricValues(data, name);
+  return v ? v.count || 0 : 0;
+}
+
+// [{w, n, errors, p50, p99, max}] for every window that saw a request.
+export function windowSeries(data, seconds) {
+  const out = [];
+  for (let w = 0; w < seconds + 5; w++) {
+    const v = metricValues(data, `http_req_duration{w:${w}}`);
+    if (!v || !v.count) continue;
+    out.push({ w, n: v.count, errors: metricCount(data, `errors{w:${w}}`), p50: v.med, p99: v['p(99)'], max: v.max });
+  }
+  return out;
+}

@@ -1,4 +1,5 @@
-// k6 replica of the official Rinha de Backend 2026 load test (see ../../shared/SPEC.md).
+// k6 replica of the official Rinha de Backend 2026 load test (the contest's rules: shared/SPEC.md).
+// Run by `cargo xtask stack run|floor|smoke|batch`.
 //
 //   MODE=full  (default) ramping-arrival-rate, startRate 1/s, one stage of 120 s up to 900/s,
 //              preAllocatedVUs 100, maxVUs 250: about 54,060 requests.
@@ -8,14 +9,17 @@
 // Payloads are taken from the test set in file order (iteration i sends entry i), each POSTed
 // with a 2001 ms timeout. An answer counts as an error if the status is not 200 or the body has
 // no boolean `approved`; otherwise it is TP/TN/FP/FN with fraud (= not approved) as positive.
-// The summary (p99, counts, contest score) is printed and written as JSON to $SUMMARY.
+// The summary (p99, counts, contest score, and count/errors/p50/p99 per second in `windows`) is
+// printed and written as JSON to $SUMMARY.
 //
 // Environment: TEST_DATA (decompressed test-data.json, required), BASE_URL (default
 // http://localhost:9999; loopback only), SUMMARY (default k6-summary.json), MODE, RATE, DURATION.
 
 import http from 'k6/http';
 import exec from 'k6/execution';
-import { BASE_URL, entries, tp, tn, fp, fn, errors } from './common.js';
+import {
+  BASE_URL, entries, tp, tn, fp, fn, errors, windowThresholds, windowTags, metricCount, windowSeries,
+} from './common.js';
 
 const MODE = __ENV.MODE || 'full';
 const SUMMARY = __ENV.SUMMARY || 'k6-summary.json';
@@ -41,49 +45,47 @@ const scenarios = {
 if (!scenarios[MODE]) {
   throw new Error(`MODE must be full or smoke, got ${MODE}`);
 }
+const SECONDS = MODE === 'full' ? 120 : parseInt(scenarios.smoke.duration, 10);
 
 export const options = {
   scenarios: { fraud: scenarios[MODE] },
-  summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)'],
-  thresholds: MODE === 'smoke' ? { errors: ['count==0'], fp: ['count==0'], fn: ['count==0'] } : {},
+  summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)', 'count'],
+  thresholds: {
+    ...windowThresholds(SECONDS),
+    ...(MODE === 'smoke' ? { errors: ['count==0'], fp: ['count==0'], fn: ['count==0'] } : {}),
+  },
   discardResponseBodies: false,
 };
 
 export function setup() {
   // One zero sample each, so every counter exists in the summary and its threshold is evaluated.
   for (const c of [tp, tn, fp, fn, errors]) c.add(0);
+  return { t0: Date.now() };
 }
 
-const params = { headers: { 'Content-Type': 'application/json' }, timeout: '2001ms' };
+const headers = { 'Content-Type': 'application/json' };
 
-export default function () {
+export default function (data) {
   const i = exec.scenario.iterationInTest;
   if (i >= entries.length) return;
   const [body, expectedApproved] = entries[i];
-  const res = http.post(`${BASE_URL}/fraud-score`, body, params);
-  if (res.status !== 200) {
-    errors.add(1);
-    return;
-  }
+  const tags = windowTags(data.t0);
+  const res = http.post(`${BASE_URL}/fraud-score`, body, { headers, timeout: '2001ms', tags });
   let approved;
-  try {
-    approved = JSON.parse(res.body).approved;
-  } catch (_) {
-    errors.add(1);
-    return;
+  if (res.status === 200) {
+    try {
+      approved = JSON.parse(res.body).approved;
+    } catch (_) {
+      approved = undefined;
+    }
   }
   if (typeof approved !== 'boolean') {
-    errors.add(1);
+    errors.add(1, tags);
   } else if (expectedApproved) {
     (approved ? tn : fp).add(1);
   } else {
     (approved ? fn : tp).add(1);
   }
-}
-
-function count(data, name) {
-  const m = data.metrics[name];
-  return m ? m.values.count : 0;
 }
 
 // The contest's formulas (SPEC.md "Load test and score").
@@ -99,19 +101,21 @@ export function score(p99, n, fpN, fnN, errN) {
 export function handleSummary(data) {
   const d = data.metrics.http_req_duration;
   const v = d ? d.values : {};
-  const c = { tp: count(data, 'tp'), tn: count(data, 'tn'), fp: count(data, 'fp'), fn: count(data, 'fn'), errors: count(data, 'errors') };
+  const c = { tp: metricCount(data, 'tp'), tn: metricCount(data, 'tn'), fp: metricCount(data, 'fp'), fn: metricCount(data, 'fn'), errors: metricCount(data, 'errors') };
   const n = c.tp + c.tn + c.fp + c.fn + c.errors;
   const p99 = v['p(99)'] || 0;
   const result = {
     mode: MODE,
     base_url: BASE_URL,
     requests: n,
-    http_reqs: count(data, 'http_reqs'),
-    dropped_iterations: count(data, 'dropped_iterations'),
+    http_reqs: metricCount(data, 'http_reqs'),
+    dropped_iterations: metricCount(data, 'dropped_iterations'),
     ...c,
     latency_ms: { avg: v.avg, min: v.min, med: v.med, p90: v['p(90)'], p95: v['p(95)'], p99, p999: v['p(99.9)'], max: v.max },
     ...score(p99, n, c.fp, c.fn, c.errors),
     vus_max: data.metrics.vus_max ? data.metrics.vus_max.values.max : null,
+    t0_ms: data.setup_data ? data.setup_data.t0 : null,
+    windows: windowSeries(data, SECONDS),
     state: { test_run_duration_ms: data.state.testRunDurationMs },
   };
   const f = (x) => (x === undefined ? 'n/a' : x.toFixed(3));

@@ -1,10 +1,11 @@
--- wrk script for the overload test (scripts/stack-overload-wrk.sh, docs/RESILIENCE.md):
--- POST /fraud-score with real payloads, cycling through the request bodies in $WRK_BODIES (one
--- compact JSON object per line, written by the shell script from tests/data/test-data.json.gz).
--- Counts statuses other than 200 per thread in response() and prints a summary in done().
+-- wrk script of the overload gate (`cargo xtask stack overload`, docs/RESILIENCE.md): POST
+-- /fraud-score with real payloads, cycling through the request bodies in $WRK_BODIES (one compact
+-- JSON object per line, written by the xtask from tests/data/test-data.json.gz). Counts statuses
+-- other than 200 in response() and prints one line `WRKJSON {...}` in done(), which the xtask
+-- parses (serde).
 -- wrk is closed-loop; WRK_DELAY_MS > 0 makes each connection wait that long before each request,
 -- so C connections offer at most C * 1000 / (WRK_DELAY_MS + latency) req/s (a paced rate).
--- Usage: WRK_BODIES=bodies.txt [WRK_DELAY_MS=10] wrk -t2 -c64 -d30s --latency -s k6/wrk-post.lua http://127.0.0.1:9999
+-- Usage: WRK_BODIES=bodies.txt [WRK_DELAY_MS=10] wrk -t2 -c20 -d10s -s k6/wrk-post.lua http://127.0.0.1:9999
 local threads = {}
 local counter = 0
 local delay_ms = tonumber(os.getenv("WRK_DELAY_MS") or "0") or 0
@@ -36,7 +37,6 @@ function init(args)
   idx = ((id or 1) * 97) % #reqs
   non200 = 0
   ok200 = 0
-  codes = {}
 end
 
 function request()
@@ -49,30 +49,20 @@ function response(status, headers, body)
     ok200 = ok200 + 1
   else
     non200 = non200 + 1
-    codes[status] = (codes[status] or 0) + 1
   end
 end
 
 function done(summary, latency, requests)
-  local ok, bad, bycode = 0, 0, {}
+  local ok, bad = 0, 0
   for _, t in ipairs(threads) do
     ok = ok + (t:get("ok200") or 0)
     bad = bad + (t:get("non200") or 0)
-    local c = t:get("codes")
-    if c then
-      for k, v in pairs(c) do bycode[k] = (bycode[k] or 0) + v end
-    end
   end
   local e = summary.errors
-  local secs = summary.duration / 1e6
-  local codes_s = ""
-  for k, v in pairs(bycode) do codes_s = codes_s .. string.format(" %s:%d", tostring(k), v) end
   io.write(string.format(
-    "WRKSUMMARY requests=%d duration_s=%.2f rate=%.1f status200=%d non200=%d codes=[%s ] " ..
-    "connect=%d read=%d write=%d timeout=%d http_status_errors=%d " ..
-    "p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f p999_ms=%.2f max_ms=%.2f\n",
-    summary.requests, secs, summary.requests / secs, ok, bad, codes_s,
-    e.connect, e.read, e.write, e.timeout, e.status,
-    latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000,
-    latency:percentile(99.9) / 1000, latency.max / 1000))
+    'WRKJSON {"requests":%d,"duration_us":%d,"status200":%d,"non200":%d,' ..
+    '"connect":%d,"read":%d,"write":%d,"timeout":%d,' ..
+    '"p50_us":%d,"p99_us":%d,"max_us":%d}\n',
+    summary.requests, summary.duration, ok, bad, e.connect, e.read, e.write, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
 end

@@ -1,0 +1,129 @@
+//! A sampler thread that follows a running stack while load is on it: every `interval`, HAProxy's
+//! view of each API server (stats socket), each API's own `/ready` on its Unix socket, optionally
+//! a `/ready` probe through HAProxy on a new connection (so a server back in rotation gets new
+//! sessions even while the load generator keeps its old connections), and each container's memory.
+//! Samples are kept in memory and written as JSON lines.
+
+use super::cgroup::Cgroup;
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, Probe};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// HAProxy's state of one server.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Server {
+    pub status: String,
+    pub scur: u64,
+    pub stot: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct Sample {
+    /// Unix time in ms.
+    pub t: u64,
+    pub servers: BTreeMap<String, Server>,
+    /// Connections open on the backend (all servers).
+    pub backend_scur: Option<u64>,
+    pub backend_qcur: Option<u64>,
+    pub frontend_scur: Option<u64>,
+    pub haproxy_error: Option<String>,
+    pub ready: BTreeMap<String, Probe>,
+    pub probe: Option<Probe>,
+    pub mem_mb: BTreeMap<String, f64>,
+}
+
+pub struct Config {
+    pub socket_dir: PathBuf,
+    pub apis: Vec<String>,
+    pub interval: Duration,
+    pub probe: bool,
+    pub memory: Vec<(String, Cgroup)>,
+    pub out: PathBuf,
+}
+
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<Sample>>,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// One sample of the stack as it is now.
+pub fn sample(cfg: &Config) -> Sample {
+    let timeout = Duration::from_millis(300);
+    let mut s = Sample {
+        t: now_ms(),
+        ..Sample::default()
+    };
+    match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
+        Ok(rows) => {
+            for r in rows.into_iter().filter(|r| r.pxname == "apis") {
+                if r.svname == "BACKEND" {
+                    s.backend_scur = r.scur;
+                    s.backend_qcur = r.qcur;
+                } else {
+                    s.servers.insert(
+                        r.svname.clone(),
+                        Server {
+                            status: r.status,
+                            scur: r.scur.unwrap_or(0),
+                            stot: r.stot.unwrap_or(0),
+                        },
+                    );
+                }
+            }
+        }
+        Err(e) => s.haproxy_error = Some(format!("{e:#}")),
+    }
+    for api in &cfg.apis {
+        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), timeout);
+        s.ready.insert(api.clone(), p);
+    }
+    if cfg.probe {
+        s.probe = Some(ready_tcp(9999, Duration::from_millis(500)));
+    }
+    for (name, cg) in &cfg.memory {
+        if let Some(b) = cg.memory_usage() {
+            s.mem_mb.insert(name.clone(), b as f64 / 1048576.0);
+        }
+    }
+    s
+}
+
+impl Monitor {
+    pub fn start(cfg: Config) -> std::io::Result<Monitor> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&cfg.out)?);
+        let handle = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let s = sample(&cfg);
+                let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
+                all.push(s);
+                std::thread::sleep(cfg.interval.saturating_sub(t.elapsed()));
+            }
+            let _ = out.flush();
+            all
+        });
+        Ok(Monitor { stop, handle })
+    }
+
+    /// Stops sampling and returns every sample.
+    pub fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}

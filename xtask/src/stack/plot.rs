@@ -1,0 +1,106 @@
+//! The batch chart (plotters, SVG): over the seconds of a run, the offered rate (requests started
+//! per second) in the top panel and the per-second p50 (dashed) and p99 (solid) latency in the
+//! bottom panel (log scale), one colour per configuration; each point is the median over the
+//! configuration's runs.
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One configuration's per-second medians: (second, requests, p50 ms, p99 ms).
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(u32, f64, f64, f64)>,
+}
+
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(90, 90, 90),
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+];
+
+pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
+    let root = SVGBackend::new(path, (1000, 720)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| err(&e))?;
+    let (top, bottom) = root.split_vertically(260);
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let x_max = all().map(|p| p.0).max().unwrap_or(1) + 1;
+    let rate_max = all().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let lat_min = all().map(|p| p.2).fold(f64::INFINITY, f64::min).max(0.01) * 0.8;
+    let lat_max = all().map(|p| p.3).fold(0.0, f64::max).max(lat_min * 2.0) * 1.2;
+
+    let mut rate = ChartBuilder::on(&top)
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0u32..x_max, 0f64..rate_max)
+        .map_err(|e| err(&e))?;
+    rate.configure_mesh()
+        .y_desc("offered req/s")
+        .x_desc("s")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let mut lat = ChartBuilder::on(&bottom)
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0u32..x_max, (lat_min..lat_max).log_scale())
+        .map_err(|e| err(&e))?;
+    lat.configure_mesh()
+        .y_desc("latency ms: p99 solid, p50 dashed (log)")
+        .x_desc("seconds since the start of the run")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLOURS[i % COLOURS.len()];
+        rate.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), c.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(&s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        lat.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3)), c.stroke_width(2)))
+            .map_err(|e| err(&e))?;
+        lat.draw_series(DashedLineSeries::new(
+            s.points.iter().map(|p| (p.0, p.2)),
+            6,
+            4,
+            c.stroke_width(1),
+        ))
+        .map_err(|e| err(&e))?;
+    }
+    rate.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_an_svg_with_every_configuration() {
+        let dir = std::env::temp_dir().join(format!("xtask-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("batch.svg");
+        let s = |name: &str, k: f64| Series {
+            name: name.into(),
+            points: (0..120).map(|t| (t, t as f64 * 7.5, 0.3 * k, 0.9 * k)).collect(),
+        };
+        draw(&path, "test", &[s("floor", 1.0), s("stack", 1.5)]).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("floor") && svg.contains("stack"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,195 @@
+//! Asking the stack how it is: `GET /ready` through HAProxy (TCP, a new connection each time) or
+//! on an API's own Unix socket in the shared volume, and HAProxy's `show stat` CSV from its
+//! stats socket, parsed with serde. Readiness is never read from a log.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
+
+/// What a `/ready` probe got: the HTTP status, or why there was none (`refused`, `absent`,
+/// `timeout`, ...). Serialized as text ("200", "refused").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe(pub String);
+
+impl Probe {
+    pub fn ok(&self) -> bool {
+        self.0 == "200"
+    }
+}
+
+fn status_of(stream: &mut impl Read) -> Probe {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while n < buf.len() {
+        match stream.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Probe(error_name(&e)),
+        }
+        if buf[..n].contains(&b'\n') {
+            break;
+        }
+    }
+    // "HTTP/1.1 200 OK"
+    match std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|s| s.strip_prefix("HTTP/1.1 ").or(s.strip_prefix("HTTP/1.0 ")))
+        .and_then(|s| s.get(..3))
+    {
+        Some(code) => Probe(code.to_string()),
+        None => Probe("empty".into()),
+    }
+}
+
+fn error_name(e: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused => "refused".into(),
+        NotFound => "absent".into(),
+        TimedOut | WouldBlock => "timeout".into(),
+        ConnectionReset => "reset".into(),
+        k => format!("{k:?}"),
+    }
+}
+
+/// `GET /ready` on 127.0.0.1:`port`, on a new connection.
+pub fn ready_tcp(port: u16, timeout: Duration) -> Probe {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = match TcpStream::connect_timeout(&addr, timeout) {
+        Ok(s) => s,
+        Err(e) => return Probe(error_name(&e)),
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    if let Err(e) = s.write_all(READY) {
+        return Probe(error_name(&e));
+    }
+    status_of(&mut s)
+}
+
+/// `GET /ready` on a Unix socket (an API's own, bypassing HAProxy).
+pub fn ready_unix(path: &Path, timeout: Duration) -> Probe {
+    if !path.exists() {
+        return Probe("absent".into());
+    }
+    let mut s = match UnixStream::connect(path) {
+        Ok(s) => s,
+        Err(e) => return Probe(error_name(&e)),
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.set_write_timeout(Some(timeout));
+    if let Err(e) = s.write_all(READY) {
+        return Probe(error_name(&e));
+    }
+    status_of(&mut s)
+}
+
+/// Polls `probe` every 100 ms until it answers 200; fails after `limit` with the last answer.
+pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let p = probe();
+        if p.ok() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            bail!("{what}: /ready did not answer 200 within {limit:?} (last: {})", p.0);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One row of HAProxy's `show stat` (a proxy's frontend/backend, or one server).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct StatRow {
+    pub pxname: String,
+    pub svname: String,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub qcur: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub scur: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub stot: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub econ: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub eresp: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub wretr: Option<u64>,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    pub wredis: Option<u64>,
+    pub status: String,
+    #[serde(default)]
+    pub check_status: String,
+}
+
+/// Parses `show stat` output: a header line `# pxname,svname,...` then one CSV row per line.
+pub fn parse_stat(text: &str) -> Result<Vec<StatRow>> {
+    let body = text
+        .strip_prefix("# ")
+        .context("`show stat` output does not start with its header")?;
+    let mut r = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(body.as_bytes());
+    r.deserialize()
+        .map(|row| row.context("parsing a `show stat` row"))
+        .collect()
+}
+
+/// `show stat` on HAProxy's stats socket.
+pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
+    let mut s =
+        UnixStream::connect(sock).with_context(|| format!("connecting to {}", sock.display()))?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    s.write_all(b"show stat\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    parse_stat(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Three rows of HAProxy 2.6's `show stat` (columns after check_status cut).
+    const STAT: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,\n\
+fraud,FRONTEND,,,3,120,2000,5210,1,2,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,0,0,0,,\n\
+apis,api1,0,0,1,60,,2605,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,,60,L7OK,\n\
+apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,L4CON,\n";
+
+    #[test]
+    fn parses_show_stat() {
+        let rows = parse_stat(STAT).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].svname, "FRONTEND");
+        assert_eq!(rows[0].scur, Some(3));
+        assert_eq!(rows[0].qcur, None);
+        assert_eq!(rows[1].status, "UP");
+        assert_eq!(rows[1].stot, Some(2605));
+        assert_eq!(rows[2].status, "DOWN");
+        assert_eq!(rows[2].econ, Some(3));
+        assert_eq!(rows[2].check_status, "L4CON");
+        assert!(parse_stat("no header").is_err());
+    }
+
+    #[test]
+    fn reads_the_status_line() {
+        let mut ok: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(status_of(&mut ok), Probe("200".into()));
+        let mut busy: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n";
+        assert!(!status_of(&mut busy).ok());
+        let mut nothing: &[u8] = b"";
+        assert_eq!(status_of(&mut nothing).0, "empty");
+    }
+
+    #[test]
+    fn a_missing_socket_is_absent() {
+        let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
+        assert_eq!(p.0, "absent");
+    }
+}

@@ -1,0 +1,310 @@
+//! One load run of a compose project under the k6 contest replica (`k6/fraud-test.js`): bring the
+//! project up, wait for `/ready` (each API on its own socket, then through HAProxy, then both
+//! servers UP in HAProxy), check the contest rules, read each container's cgroup counters
+//! before and after k6, and keep the result (k6 summary with its per-second windows, CPU per
+//! request per container, peak memory, restarts) as JSON under target/xtask/stack/.
+//! `stack run`, `stack floor`, `stack smoke` and `stack batch` are all made of this.
+
+use super::cgroup::{Cgroup, Snapshot};
+use super::check;
+use super::docker::{inspect, Compose, Up};
+use super::k6::{self, ReplicaSummary};
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
+use super::{loadavg, results_dir, utc_stamp};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// The load shape of `k6/fraud-test.js`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Mode {
+    /// The contest's ramp: 1 -> 900 req/s over 120 s.
+    Full,
+    /// A constant `rate` for `seconds`.
+    Smoke { rate: u32, seconds: u32 },
+}
+
+impl Mode {
+    fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Mode::Full => vec![("MODE", "full".into())],
+            Mode::Smoke { rate, seconds } => vec![
+                ("MODE", "smoke".into()),
+                ("RATE", rate.to_string()),
+                ("DURATION", format!("{seconds}s")),
+            ],
+        }
+    }
+    fn name(&self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::Smoke { .. } => "smoke",
+        }
+    }
+}
+
+/// A container's limits, counters over the run, and state after it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Container {
+    pub service: String,
+    pub cpus: f64,
+    pub before: Snapshot,
+    pub after: Snapshot,
+    pub restarts: u32,
+    pub oom_killed: bool,
+    pub running: bool,
+}
+
+impl Container {
+    pub fn cpu_s(&self) -> f64 {
+        self.after.cpu_ns.saturating_sub(self.before.cpu_ns) as f64 / 1e9
+    }
+    pub fn throttled(&self) -> u64 {
+        self.after.nr_throttled.saturating_sub(self.before.nr_throttled)
+    }
+    pub fn peak_mb(&self) -> f64 {
+        self.after.memory_peak as f64 / 1048576.0
+    }
+    pub fn limit_mb(&self) -> f64 {
+        self.after.memory_limit as f64 / 1048576.0
+    }
+    /// What went wrong with this container during the run, if anything.
+    pub fn trouble(&self) -> Option<String> {
+        let a = &self.after;
+        let mut t = Vec::new();
+        if !self.running {
+            t.push("not running".to_string());
+        }
+        if self.restarts > 0 {
+            t.push(format!("restarted {} times", self.restarts));
+        }
+        if self.oom_killed || a.oom_kill > self.before.oom_kill {
+            t.push("OOM kill".into());
+        }
+        if a.memory_failcnt > 0 || a.memory_peak >= a.memory_limit {
+            t.push(format!(
+                "memory at its limit ({:.1} of {:.0} MB, failcnt {})",
+                self.peak_mb(),
+                self.limit_mb(),
+                a.memory_failcnt
+            ));
+        }
+        (!t.is_empty()).then(|| format!("{}: {}", self.service, t.join(", ")))
+    }
+}
+
+/// The containers of a running project, with their counters at the start of a run.
+pub struct Watch {
+    start: Vec<(String, String, Cgroup, Snapshot, u32)>,
+}
+
+impl Watch {
+    /// Reads every container's counters; with `reset_peak`, resets its memory peak first.
+    pub fn start(compose: &Compose, reset_peak: bool) -> Result<Watch> {
+        let mut start = Vec::new();
+        for svc in compose.services() {
+            let id = compose.id(&svc)?;
+            let i = inspect(&id)?;
+            let cg = Cgroup::of(&i.id)?;
+            if reset_peak {
+                cg.reset_peak()?;
+            }
+            let snap = cg.snapshot()?;
+            start.push((svc, i.id, cg, snap, i.restart_count));
+        }
+        Ok(Watch { start })
+    }
+
+    pub fn cgroups(&self) -> Vec<(String, Cgroup)> {
+        self.start
+            .iter()
+            .map(|(s, _, cg, _, _)| (s.clone(), cg.clone()))
+            .collect()
+    }
+
+    /// The counters now, against the start.
+    pub fn finish(&self) -> Result<Vec<Container>> {
+        self.start
+            .iter()
+            .map(|(svc, id, cg, before, restarts)| {
+                let i = inspect(id)?;
+                Ok(Container {
+                    service: svc.clone(),
+                    cpus: i.host_config.nano_cpus as f64 / 1e9,
+                    before: *before,
+                    after: cg.snapshot()?,
+                    restarts: i.restart_count - restarts,
+                    oom_killed: i.state.oom_killed,
+                    running: i.state.running,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Brings `compose` up and waits until it serves: each API's own `/ready` on its socket, `/ready`
+/// through HAProxy, and (with a stats socket) every server UP in HAProxy.
+pub fn up<'a>(compose: &'a Compose, keep: bool) -> Result<Up<'a>> {
+    let t = Instant::now();
+    compose.up()?;
+    let guard = Up { compose, keep };
+    let ready = || -> Result<()> {
+        if !compose.apis.is_empty() {
+            let dir = compose.socket_dir()?;
+            for api in &compose.apis {
+                let sock = dir.join(format!("{api}.sock"));
+                wait_ready(api, Duration::from_secs(90), || {
+                    ready_unix(&sock, Duration::from_millis(500))
+                })?;
+            }
+            wait_ready("haproxy", Duration::from_secs(30), || {
+                ready_tcp(9999, Duration::from_millis(500))
+            })?;
+            wait_all_up(compose, Duration::from_secs(15))?;
+        } else {
+            wait_ready("haproxy", Duration::from_secs(30), || {
+                ready_tcp(9999, Duration::from_millis(500))
+            })?;
+        }
+        Ok(())
+    };
+    if let Err(e) = ready() {
+        crate::log!("last log lines:\n{}", compose.log_tail());
+        return Err(e);
+    }
+    crate::log!("{} ready in {:.1} s", compose.project, t.elapsed().as_secs_f64());
+    Ok(guard)
+}
+
+/// Waits until HAProxy reports every API server UP.
+pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
+    let sock = compose.socket_dir()?.join("haproxy.sock");
+    let t = Instant::now();
+    loop {
+        let rows = haproxy_stat(&sock).unwrap_or_default();
+        let up = compose
+            .apis
+            .iter()
+            .filter(|a| rows.iter().any(|r| &r.svname == *a && r.status == "UP"))
+            .count();
+        if up == compose.apis.len() {
+            return Ok(());
+        }
+        if t.elapsed() > limit {
+            bail!("HAProxy: {up} of {} servers UP after {limit:?}", compose.apis.len());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until HAProxy's backend holds more than 10 connections (the load generator is sending:
+/// its keep-alive connections stay open) and returns when, in Unix ms.
+pub fn wait_traffic(compose: &Compose) -> Result<u64> {
+    let sock = compose.socket_dir()?.join("haproxy.sock");
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        let rows = haproxy_stat(&sock).unwrap_or_default();
+        let busy = rows.iter().any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
+        if busy {
+            return Ok(super::monitor::now_ms());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("no traffic through HAProxy 60 s after the load generator started")
+}
+
+/// One replica run and what it measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadRun {
+    pub config: String,
+    pub mode: String,
+    pub started: String,
+    pub load_before: String,
+    pub load_after: String,
+    pub k6_exit: Option<i32>,
+    pub summary: ReplicaSummary,
+    pub containers: Vec<Container>,
+    pub problems: Vec<String>,
+}
+
+impl LoadRun {
+    /// Microseconds of the container's CPU per request served.
+    pub fn cpu_us_per_request(&self, service: &str) -> Option<f64> {
+        let c = self.containers.iter().find(|c| c.service == service)?;
+        (self.summary.requests > 0).then(|| c.cpu_s() * 1e6 / self.summary.requests as f64)
+    }
+}
+
+/// Brings `compose` up (checking the contest rules on a stack), runs k6 in `mode`, takes it down
+/// (unless `keep`) and returns the run; also written to target/xtask/stack/<time>-<config>.json.
+pub fn load_run(config: &str, compose: &Compose, mode: &Mode, keep: bool) -> Result<LoadRun> {
+    let guard = up(compose, keep)?;
+    let mut problems = Vec::new();
+    if !compose.apis.is_empty() {
+        problems.extend(check::check(compose, true)?.problems);
+    }
+    let watch = Watch::start(compose, true)?;
+    let stamp = utc_stamp();
+    let base = results_dir()?.join(format!("{stamp}-{config}-{}", mode.name()));
+    let summary_path = base.with_extension("k6.json");
+    let load_before = loadavg();
+    crate::log!("{config}: k6 {} run (load {load_before})", mode.name());
+    let status = k6::wait(k6::spawn(&mut k6::command(
+        "fraud-test.js",
+        &mode.env(),
+        &summary_path,
+        &base.with_extension("k6.log"),
+    )?)?)?;
+    let containers = watch.finish()?;
+    drop(guard);
+    let summary: ReplicaSummary = k6::read_summary(&summary_path)?;
+    problems.extend(containers.iter().filter_map(Container::trouble));
+    let run = LoadRun {
+        config: config.to_string(),
+        mode: mode.name().to_string(),
+        started: stamp,
+        load_before,
+        load_after: loadavg(),
+        k6_exit: status.code(),
+        summary,
+        containers,
+        problems,
+    };
+    let path = base.with_extension("json");
+    std::fs::write(&path, serde_json::to_string_pretty(&run)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    crate::log!(
+        "{config}: {} requests, p50 {:.3} ms, p99 {:.3} ms, errors {}, FP {}, FN {}, score {:.1} ({})",
+        run.summary.requests,
+        run.summary.latency_ms.med,
+        run.summary.latency_ms.p99,
+        run.summary.errors,
+        run.summary.fp,
+        run.summary.fn_,
+        run.summary.final_score,
+        path.display()
+    );
+    for c in &run.containers {
+        crate::log!(
+            "  {:8} cpus {:.2}  CPU {:.2} s ({:.0} us/request)  throttled {}  peak {:.1} of {:.0} MB  restarts {}",
+            c.service,
+            c.cpus,
+            c.cpu_s(),
+            run.cpu_us_per_request(&c.service).unwrap_or(0.0),
+            c.throttled(),
+            c.peak_mb(),
+            c.limit_mb(),
+            c.restarts
+        );
+    }
+    Ok(run)
+}
+
+/// `<service> <peak>/<limit> MB` for the verdict line.
+pub fn memory_figures(containers: &[Container]) -> String {
+    containers
+        .iter()
+        .map(|c| format!("{} {:.0}/{:.0} MB", c.service, c.peak_mb(), c.limit_mb()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
