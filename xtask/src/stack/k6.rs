@@ -133,7 +133,12 @@ pub fn failures(log: &str) -> Vec<Failure> {
 }
 
 /// A k6 run of `script` (under k6/) with `env`; the summary goes to `summary`, the output to `log`.
-pub fn command(script: &str, env: &[(&str, String)], summary: &Path, log: &Path) -> Result<Command> {
+pub fn command(
+    script: &str,
+    env: &[(&str, String)],
+    summary: &Path,
+    log: &Path,
+) -> Result<Command> {
     let mut c = Command::new("k6");
     c.args(["run", "--quiet", "--no-color"])
         .arg(root().join("k6").join(script))

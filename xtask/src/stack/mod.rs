@@ -140,8 +140,8 @@ pub fn run(args: Args) -> Result<()> {
     match args.command {
         Command::Images(a) => {
             docker::info()?;
-            images::build(&a)?;
-            verdict("stack images", true, "fraud-api:latest haproxy:2.6", &())
+            let built = images::build(&a)?;
+            verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running, overrides } => {
             let r = check::check(&Compose::stack(&overrides), running)?;
@@ -203,7 +203,9 @@ fn run_figures(r: &run::LoadRun) -> String {
 fn smoke(rate: u32, seconds: u32, common: &Common) -> Result<()> {
     if std::env::var("FRAUD_SKIP_STACK").is_ok_and(|v| v == "1") {
         for _ in 0..3 {
-            eprintln!("WARNING: FRAUD_SKIP_STACK=1: the contest stack is NOT tested (CI never sets this)");
+            eprintln!(
+                "WARNING: FRAUD_SKIP_STACK=1: the contest stack is NOT tested (CI never sets this)"
+            );
         }
         println!("stack smoke: SKIPPED (FRAUD_SKIP_STACK=1, no stack test ran)");
         return Ok(());

@@ -137,9 +137,20 @@ pub fn run(a: Args) -> Result<()> {
             ("AFTER", a.after.to_string()),
         ],
     };
-    crate::log!("overload ({:?}): {} req/s, 3x for {} s after {} s (load {load_start})", a.generator, a.rate, a.over, a.before);
+    crate::log!(
+        "overload ({:?}): {} req/s, 3x for {} s after {} s (load {load_start})",
+        a.generator,
+        a.rate,
+        a.over,
+        a.before
+    );
     let summary_path = base.with_extension("k6.json");
-    let child = k6::spawn(&mut k6::command("resilience.js", &env, &summary_path, &base.with_extension("k6.log"))?)?;
+    let child = k6::spawn(&mut k6::command(
+        "resilience.js",
+        &env,
+        &summary_path,
+        &base.with_extension("k6.log"),
+    )?)?;
     let mut wrk_summary = None;
     let mut span = None;
     if a.generator == Generator::Wrk {
@@ -147,7 +158,12 @@ pub fn run(a: Args) -> Result<()> {
         wait_traffic(&compose)?;
         std::thread::sleep(Duration::from_secs(a.before.into()));
         let t0 = now_ms();
-        let w = wrk::run(a.wrk_connections, a.wrk_delay_ms, a.over, &base.with_extension("wrk.log"))?;
+        let w = wrk::run(
+            a.wrk_connections,
+            a.wrk_delay_ms,
+            a.over,
+            &base.with_extension("wrk.log"),
+        )?;
         span = Some((t0, now_ms()));
         wrk_summary = Some(w);
     }
@@ -169,7 +185,9 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .filter(|w| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor())
         .collect();
-    let mean = |f: &dyn Fn(&Window) -> f64| during.iter().map(|w| f(w)).sum::<f64>() / during.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&Window) -> f64| {
+        during.iter().map(|w| f(w)).sum::<f64>() / during.len().max(1) as f64
+    };
     let k6_rps = mean(&|w| w.n as f64);
     let k6_served = mean(&|w| (w.n - w.errors) as f64);
     let (offered, served) = match &wrk_summary {
@@ -184,8 +202,14 @@ pub fn run(a: Args) -> Result<()> {
     problems.extend(containers.iter().filter_map(Container::trouble));
     match rec.after_end_s {
         Some(s) if s <= a.recover_s => {}
-        Some(s) => problems.push(format!("p99 back under {} ms only {s:.1} s after the overload (max {})", a.max_p99_ms, a.recover_s)),
-        None => problems.push(format!("p99 never back under {} ms after the overload", a.max_p99_ms)),
+        Some(s) => problems.push(format!(
+            "p99 back under {} ms only {s:.1} s after the overload (max {})",
+            a.max_p99_ms, a.recover_s
+        )),
+        None => problems.push(format!(
+            "p99 never back under {} ms after the overload",
+            a.max_p99_ms
+        )),
     }
     let not_up = samples
         .iter()
@@ -218,7 +242,12 @@ pub fn run(a: Args) -> Result<()> {
     );
     crate::log!(
         "per second (w: n/errors/p99 ms): {}",
-        summary.windows.iter().map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99)).collect::<Vec<_>>().join(" ")
+        summary
+            .windows
+            .iter()
+            .map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let report = Report {
         generator: a.generator,
@@ -237,7 +266,10 @@ pub fn run(a: Args) -> Result<()> {
         summary,
         problems: problems.clone(),
     };
-    std::fs::write(base.with_extension("json"), serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(
+        base.with_extension("json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
     verdict("stack overload", problems.is_empty(), &figures, &report)
 }
 
@@ -246,12 +278,26 @@ mod tests {
     use super::*;
 
     fn w(w: u32, p99: f64, errors: u64) -> Window {
-        Window { w, n: 900, errors, p50: 0.4, p99, max: p99 }
+        Window {
+            w,
+            n: 900,
+            errors,
+            p50: 0.4,
+            p99,
+            max: p99,
+        }
     }
 
     #[test]
     fn recovery_is_the_first_good_second_after_the_end() {
-        let ws = vec![w(19, 40.0, 0), w(20, 30.0, 0), w(21, 3.0, 0), w(22, 1.0, 0), w(23, 2.5, 0), w(24, 9.0, 0)];
+        let ws = vec![
+            w(19, 40.0, 0),
+            w(20, 30.0, 0),
+            w(21, 3.0, 0),
+            w(22, 1.0, 0),
+            w(23, 2.5, 0),
+            w(24, 9.0, 0),
+        ];
         let r = recovery(&ws, 19.6, 24, 5.0);
         assert_eq!(r.first_ok_window, Some(21));
         assert!((r.after_end_s.unwrap() - 1.4).abs() < 1e-9);

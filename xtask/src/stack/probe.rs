@@ -98,7 +98,10 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
             return Ok(start.elapsed());
         }
         if start.elapsed() > limit {
-            bail!("{what}: /ready did not answer 200 within {limit:?} (last: {})", p.0);
+            bail!(
+                "{what}: /ready did not answer 200 within {limit:?} (last: {})",
+                p.0
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

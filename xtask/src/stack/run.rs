@@ -60,7 +60,9 @@ impl Container {
         self.after.cpu_ns.saturating_sub(self.before.cpu_ns) as f64 / 1e9
     }
     pub fn throttled(&self) -> u64 {
-        self.after.nr_throttled.saturating_sub(self.before.nr_throttled)
+        self.after
+            .nr_throttled
+            .saturating_sub(self.before.nr_throttled)
     }
     pub fn peak_mb(&self) -> f64 {
         self.after.memory_peak as f64 / 1048576.0
@@ -172,7 +174,11 @@ pub fn up<'a>(compose: &'a Compose, keep: bool) -> Result<Up<'a>> {
         crate::log!("last log lines:\n{}", compose.log_tail());
         return Err(e);
     }
-    crate::log!("{} ready in {:.1} s", compose.project, t.elapsed().as_secs_f64());
+    crate::log!(
+        "{} ready in {:.1} s",
+        compose.project,
+        t.elapsed().as_secs_f64()
+    );
     Ok(guard)
 }
 
@@ -191,7 +197,10 @@ pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
             return Ok(());
         }
         if t.elapsed() > limit {
-            bail!("HAProxy: {up} of {} servers UP after {limit:?}", compose.apis.len());
+            bail!(
+                "HAProxy: {up} of {} servers UP after {limit:?}",
+                compose.apis.len()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -204,7 +213,9 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(60) {
         let rows = haproxy_stat(&sock).unwrap_or_default();
-        let busy = rows.iter().any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
+        let busy = rows
+            .iter()
+            .any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
         if busy {
             return Ok(super::monitor::now_ms());
         }

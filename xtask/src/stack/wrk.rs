@@ -81,7 +81,10 @@ pub fn run(connections: u32, delay_ms: u32, seconds: u32, log: &Path) -> Result<
         .output()
         .context("cannot start wrk")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    std::fs::write(log, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))?;
+    std::fs::write(
+        log,
+        format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
+    )?;
     parse(&text)
 }
 
