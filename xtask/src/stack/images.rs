@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub struct Build {
     /// Cargo target dir of the static build (target/image by default, so target/ is not
     /// invalidated; CI may pass target/ to reuse the host build of faiss and the index packer).
     #[arg(long, env = "STACK_TARGET_DIR")]
@@ -33,7 +33,7 @@ pub enum Image {
 }
 
 /// Builds the images (both unless `--only`); returns their tags.
-pub fn build(args: &Args) -> Result<Vec<&'static str>> {
+pub fn build(args: &Build) -> Result<Vec<&'static str>> {
     let mut built = Vec::new();
     if args.only != Some(Image::Api) {
         haproxy()?;

@@ -56,7 +56,7 @@ pub struct Common {
     #[arg(long)]
     keep: bool,
     #[command(flatten)]
-    images: images::Args,
+    images: images::Build,
 }
 
 impl Common {
@@ -96,7 +96,7 @@ impl Shape {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Build the API image and the HAProxy stand-in (no registry needed).
-    Images(images::Args),
+    Images(images::Build),
     /// Contest rules and least privilege (compose config; with --running also the live stack).
     Check {
         #[arg(long)]
@@ -280,6 +280,19 @@ fn utc_parts(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: super::Command,
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
     #[test]
     fn civil_time() {
         assert_eq!(super::utc_parts(0), (1970, 1, 1, 0, 0, 0));

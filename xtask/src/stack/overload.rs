@@ -108,6 +108,8 @@ struct Report {
 
 pub fn run(a: Args) -> Result<()> {
     a.common.prepare(true, a.generator == Generator::Wrk)?;
+    // Written before the run, so that wrk starts at once when the overload is due.
+    let bodies = wrk::bodies(400)?;
     let compose = Compose::stack(&a.common.overrides);
     let guard = up(&compose, a.common.keep)?;
     let mut problems = check::check(&compose, true)?.problems;
@@ -159,6 +161,7 @@ pub fn run(a: Args) -> Result<()> {
         std::thread::sleep(Duration::from_secs(a.before.into()));
         let t0 = now_ms();
         let w = wrk::run(
+            &bodies,
             a.wrk_connections,
             a.wrk_delay_ms,
             a.over,

@@ -68,15 +68,15 @@ pub fn bodies(n: usize) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// A paced wrk run: `connections` connections for `seconds`, each waiting `delay_ms` before each
-/// request; output kept in `log`.
-pub fn run(connections: u32, delay_ms: u32, seconds: u32, log: &Path) -> Result<Summary> {
+/// A paced wrk run with the `bodies` file: `connections` connections for `seconds`, each waiting
+/// `delay_ms` before each request; output kept in `log`.
+pub fn run(bodies: &Path, connections: u32, delay_ms: u32, seconds: u32, log: &Path) -> Result<Summary> {
     let out = Command::new("wrk")
         .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
         .args(["--timeout", "2s", "-s"])
         .arg(root().join("k6/wrk-post.lua"))
         .arg("http://127.0.0.1:9999")
-        .env("WRK_BODIES", bodies(400)?)
+        .env("WRK_BODIES", bodies)
         .env("WRK_DELAY_MS", delay_ms.to_string())
         .output()
         .context("cannot start wrk")?;
