@@ -112,9 +112,9 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             s.latency_ms.med,
             s.latency_ms.p99,
             s.final_score,
-            s.errors,
-            s.fp,
-            s.fn_,
+            s.answers.errors,
+            s.answers.fp,
+            s.answers.fn_,
             cpu_cells(r)
         );
     }
@@ -289,8 +289,13 @@ pub fn run(a: Args) -> Result<()> {
         })
         .chain(
             runs.iter()
-                .filter(|r| r.summary.errors > 0)
-                .map(|r| format!("{} {}: {} errors", r.config, r.started, r.summary.errors)),
+                .filter(|r| r.summary.answers.errors > 0)
+                .map(|r| {
+                    format!(
+                        "{} {}: {} errors",
+                        r.config, r.started, r.summary.answers.errors
+                    )
+                }),
         )
         .chain(failed.iter().cloned())
         .collect();

@@ -17,7 +17,6 @@ use super::k6::{self, Failure, ResilienceSummary};
 use super::monitor::{now_ms, Config, Monitor, Sample};
 use super::run::{up, wait_all_up, wait_traffic};
 use super::{loadavg, results_dir, utc_stamp, Common};
-use crate::report::verdict;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::time::Duration;
@@ -261,8 +260,11 @@ pub fn run(a: Args) -> Result<()> {
             unexplained.len()
         ));
     }
-    if summary.fp + summary.fn_ > 0 {
-        problems.push(format!("FP {} FN {}", summary.fp, summary.fn_));
+    if summary.answers.fp + summary.answers.fn_ > 0 {
+        problems.push(format!(
+            "FP {} FN {}",
+            summary.answers.fp, summary.answers.fn_
+        ));
     }
     if !status.success() {
         problems.push(format!("k6 exited {status}"));
@@ -285,8 +287,8 @@ pub fn run(a: Args) -> Result<()> {
         list(&|r| ms(r.ready_ms)),
         list(&|r| ms(r.rotation_after_ready())),
         a.max_rotation_ms,
-        summary.fp,
-        summary.fn_,
+        summary.answers.fp,
+        summary.answers.fn_,
         summary.latency_ms.as_ref().map_or(0.0, |l| l.p99),
         if problems.is_empty() { String::new() } else { format!("; problems: {}", problems.join("; ")) }
     );
@@ -306,11 +308,7 @@ pub fn run(a: Args) -> Result<()> {
         unexplained_failures: unexplained,
         problems: problems.clone(),
     };
-    std::fs::write(
-        base.with_extension("json"),
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    verdict("stack chaos", problems.is_empty(), &figures, &report)
+    super::finish("stack chaos", &base, problems.is_empty(), &figures, &report)
 }
 
 #[cfg(test)]

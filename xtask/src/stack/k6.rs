@@ -46,18 +46,26 @@ pub struct Latency {
     pub max: f64,
 }
 
-/// `k6/fraud-test.js`'s summary (the contest replica and the smoke test).
+/// How the answers were judged (fraud = not approved is the positive class); both scripts write
+/// these counters.
 #[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct ReplicaSummary {
-    pub mode: String,
-    pub requests: u64,
-    pub dropped_iterations: u64,
+pub struct Answers {
     pub tp: u64,
     pub tn: u64,
     pub fp: u64,
     #[serde(rename = "fn")]
     pub fn_: u64,
     pub errors: u64,
+}
+
+/// `k6/fraud-test.js`'s summary (the contest replica and the smoke test).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ReplicaSummary {
+    pub mode: String,
+    pub requests: u64,
+    pub dropped_iterations: u64,
+    #[serde(flatten)]
+    pub answers: Answers,
     pub latency_ms: Latency,
     pub p99_score: f64,
     pub detection_score: f64,
@@ -95,10 +103,8 @@ pub struct ResilienceSummary {
     pub rate: f64,
     pub t0_ms: u64,
     pub requests: u64,
-    pub fp: u64,
-    #[serde(rename = "fn")]
-    pub fn_: u64,
-    pub errors: u64,
+    #[serde(flatten)]
+    pub answers: Answers,
     pub dropped_iterations: u64,
     pub latency_ms: Option<Trend>,
     pub phases: BTreeMap<String, Phase>,
@@ -195,7 +201,7 @@ mod tests {
             "windows":[{"w":0,"n":200,"errors":0,"p50":0.4,"p99":0.9,"max":1.2}],"state":{}}"#,
         )
         .unwrap();
-        assert_eq!(s.fn_, 0);
+        assert_eq!(s.answers.fn_, 0);
         assert_eq!(s.windows[0].n, 200);
     }
 }

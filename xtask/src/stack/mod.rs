@@ -35,7 +35,7 @@ use crate::report::verdict;
 use anyhow::{Context, Result};
 use docker::Compose;
 use run::Mode;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -159,14 +159,14 @@ pub fn run(args: Args) -> Result<()> {
             let compose = Compose::stack(&common.overrides);
             let r = run::load_run("stack", &compose, &shape.mode()?, common.keep)?;
             let s = &r.summary;
-            let ok = r.problems.is_empty() && s.errors + s.fp + s.fn_ == 0;
+            let ok = r.problems.is_empty() && s.answers.errors + s.answers.fp + s.answers.fn_ == 0;
             verdict("stack run", ok, &run_figures(&r), &r)
         }
         Command::Floor { shape, common } => {
             common.prepare(true, false)?;
             let compose = Compose::floor(&common.overrides);
             let r = run::load_run("floor", &compose, &shape.mode()?, common.keep)?;
-            let ok = r.problems.is_empty() && r.summary.errors == 0;
+            let ok = r.problems.is_empty() && r.summary.answers.errors == 0;
             verdict("stack floor", ok, &run_figures(&r), &r)
         }
         Command::Smoke {
@@ -185,9 +185,9 @@ fn run_figures(r: &run::LoadRun) -> String {
     format!(
         "requests {}, errors {}, FP {}, FN {}, p50 {:.3} ms, p99 {:.3} ms, score {:.1}, {}{}",
         s.requests,
-        s.errors,
-        s.fp,
-        s.fn_,
+        s.answers.errors,
+        s.answers.fp,
+        s.answers.fn_,
         s.latency_ms.med,
         s.latency_ms.p99,
         s.final_score,
@@ -224,9 +224,25 @@ fn smoke(rate: u32, seconds: u32, common: &Common) -> Result<()> {
         common.keep,
     )?;
     let s = &r.summary;
-    let ok = r.problems.is_empty() && s.requests > 0 && s.errors + s.fp + s.fn_ == 0;
+    let ok = r.problems.is_empty()
+        && s.requests > 0
+        && s.answers.errors + s.answers.fp + s.answers.fn_ == 0;
     let figures = format!("{}, {:.0} s", run_figures(&r), t.elapsed().as_secs_f64());
     verdict("stack smoke", ok, &figures, &r)
+}
+
+/// Writes a gate's report to `<base>.json` beside its other files, then the verdict.
+pub fn finish(
+    name: &str,
+    base: &Path,
+    passed: bool,
+    figures: &str,
+    report: &impl serde::Serialize,
+) -> Result<()> {
+    let path = base.with_extension("json");
+    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    verdict(name, passed, figures, report)
 }
 
 /// target/xtask/stack/, where every load run writes its files.

@@ -68,17 +68,21 @@ pub fn sample(cfg: &Config) -> Sample {
     };
     match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
         Ok(rows) => {
-            for r in rows.into_iter().filter(|r| r.pxname == "apis") {
-                if r.svname == "BACKEND" {
-                    s.backend_scur = r.scur;
-                    s.backend_qcur = r.qcur;
+            for r in rows {
+                if r.svname == "FRONTEND" {
+                    s.frontend_scur = r.scur.0;
+                } else if r.pxname != "apis" {
+                    continue;
+                } else if r.svname == "BACKEND" {
+                    s.backend_scur = r.scur.0;
+                    s.backend_qcur = r.qcur.0;
                 } else {
                     s.servers.insert(
                         r.svname.clone(),
                         Server {
                             status: r.status,
-                            scur: r.scur.unwrap_or(0),
-                            stot: r.stot.unwrap_or(0),
+                            scur: r.scur.or0(),
+                            stot: r.stot.or0(),
                         },
                     );
                 }

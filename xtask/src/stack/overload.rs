@@ -19,7 +19,6 @@ use super::k6::{self, ResilienceSummary, Window};
 use super::monitor::{now_ms, Config, Monitor};
 use super::run::{memory_figures, up, wait_traffic, Container, Watch};
 use super::{loadavg, results_dir, utc_stamp, wrk, Common};
-use crate::report::verdict;
 use anyhow::Result;
 use serde::Serialize;
 use std::time::Duration;
@@ -231,9 +230,9 @@ pub fn run(a: Args) -> Result<()> {
             Some(w) => format!("k6 {k6_rps:.0} + wrk {:.0}", w.rate()),
             None => format!("k6 alone, {} dropped", summary.phases.get("overload").map_or(0, |p| p.dropped_iterations)),
         },
-        summary.errors,
-        summary.fp,
-        summary.fn_,
+        summary.answers.errors,
+        summary.answers.fp,
+        summary.answers.fn_,
         a.max_p99_ms,
         rec.after_end_s.map_or("never".into(), |s| format!("{s:.1} s")),
         a.recover_s,
@@ -269,11 +268,13 @@ pub fn run(a: Args) -> Result<()> {
         summary,
         problems: problems.clone(),
     };
-    std::fs::write(
-        base.with_extension("json"),
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    verdict("stack overload", problems.is_empty(), &figures, &report)
+    super::finish(
+        "stack overload",
+        &base,
+        problems.is_empty(),
+        &figures,
+        &report,
+    )
 }
 
 #[cfg(test)]
@@ -293,14 +294,8 @@ mod tests {
 
     #[test]
     fn recovery_is_the_first_good_second_after_the_end() {
-        let ws = vec![
-            w(19, 40.0, 0),
-            w(20, 30.0, 0),
-            w(21, 3.0, 0),
-            w(22, 1.0, 0),
-            w(23, 2.5, 0),
-            w(24, 9.0, 0),
-        ];
+        let p99s = [40.0, 30.0, 3.0, 1.0, 2.5, 9.0];
+        let ws: Vec<Window> = (19..).zip(p99s).map(|(s, p)| w(s, p, 0)).collect();
         let r = recovery(&ws, 19.6, 24, 5.0);
         assert_eq!(r.first_ok_window, Some(21));
         assert!((r.after_end_s.unwrap() - 1.4).abs() < 1e-9);

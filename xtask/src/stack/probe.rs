@@ -107,25 +107,35 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
     }
 }
 
+/// A counter of `show stat`; empty where it does not apply to the row (e.g. `qcur` of a frontend).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Count(pub Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Count(s.trim().parse().ok()))
+    }
+}
+
+impl Count {
+    pub fn or0(self) -> u64 {
+        self.0.unwrap_or(0)
+    }
+}
+
 /// One row of HAProxy's `show stat` (a proxy's frontend/backend, or one server).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct StatRow {
     pub pxname: String,
     pub svname: String,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub qcur: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub scur: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub stot: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub econ: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub eresp: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub wretr: Option<u64>,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    pub wredis: Option<u64>,
+    pub qcur: Count,
+    pub scur: Count,
+    pub stot: Count,
+    pub econ: Count,
+    pub eresp: Count,
+    pub wretr: Count,
+    pub wredis: Count,
     pub status: String,
     #[serde(default)]
     pub check_status: String,
@@ -170,12 +180,12 @@ apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,L4CO
         let rows = parse_stat(STAT).unwrap();
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[0].svname, "FRONTEND");
-        assert_eq!(rows[0].scur, Some(3));
-        assert_eq!(rows[0].qcur, None);
+        assert_eq!(rows[0].scur, Count(Some(3)));
+        assert_eq!(rows[0].qcur, Count(None));
         assert_eq!(rows[1].status, "UP");
-        assert_eq!(rows[1].stot, Some(2605));
+        assert_eq!(rows[1].stot, Count(Some(2605)));
         assert_eq!(rows[2].status, "DOWN");
-        assert_eq!(rows[2].econ, Some(3));
+        assert_eq!(rows[2].econ, Count(Some(3)));
         assert_eq!(rows[2].check_status, "L4CON");
         assert!(parse_stat("no header").is_err());
     }

@@ -215,7 +215,7 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
         let rows = haproxy_stat(&sock).unwrap_or_default();
         let busy = rows
             .iter()
-            .any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
+            .any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.or0() > 10);
         if busy {
             return Ok(super::monitor::now_ms());
         }
@@ -289,9 +289,9 @@ pub fn load_run(config: &str, compose: &Compose, mode: &Mode, keep: bool) -> Res
         run.summary.requests,
         run.summary.latency_ms.med,
         run.summary.latency_ms.p99,
-        run.summary.errors,
-        run.summary.fp,
-        run.summary.fn_,
+        run.summary.answers.errors,
+        run.summary.answers.fp,
+        run.summary.answers.fn_,
         run.summary.final_score,
         path.display()
     );

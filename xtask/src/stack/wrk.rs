@@ -70,7 +70,13 @@ pub fn bodies(n: usize) -> Result<PathBuf> {
 
 /// A paced wrk run with the `bodies` file: `connections` connections for `seconds`, each waiting
 /// `delay_ms` before each request; output kept in `log`.
-pub fn run(bodies: &Path, connections: u32, delay_ms: u32, seconds: u32, log: &Path) -> Result<Summary> {
+pub fn run(
+    bodies: &Path,
+    connections: u32,
+    delay_ms: u32,
+    seconds: u32,
+    log: &Path,
+) -> Result<Summary> {
     let out = Command::new("wrk")
         .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
         .args(["--timeout", "2s", "-s"])
