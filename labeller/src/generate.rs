@@ -1,0 +1,228 @@
+//! Request bodies drawn from the distributions of the contest's data generator
+//! (`data-generator/main.c` of zanfranceschi/rinha-de-backend-2026, the program that made the
+//! public test set), reimplemented here with its own random source, so the scorer can be
+//! compared with the labeller on payloads nobody has seen.
+//!
+//! Each request is LEGIT, FRAUD or BORDERLINE (the generator splits a fraud ratio f into
+//! 1 - f legit, 0.9 f fraud, 0.1 f borderline; f = 0.45 here, the public set's labels are 44%
+//! fraud), and every field is uniform over that profile's range: amounts with 2 decimals,
+//! kilometres written with up to 10 decimals, `requested_at` any day 1-28 of 2026-03..2030-12
+//! at a profile-dependent hour, and 80% of requests with a last transaction 1 minute to 10
+//! years earlier (the generator's `--randomize-payload-dates`, as in the public set).
+
+/// SplitMix64, for reproducible draws.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    /// Uniform in [0, 1].
+    fn unit(&mut self) -> f64 {
+        f64::from(self.u32()) / f64::from(u32::MAX)
+    }
+
+    /// Uniform in [lo, hi].
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + self.unit() * (hi - lo)
+    }
+
+    /// Uniform integer in lo..hi.
+    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (u64::from(self.u32()) % (hi - lo) as u64) as i64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Profile {
+    Legit,
+    Fraud,
+    Borderline,
+}
+
+/// Share of non-legit requests.
+const FRAUD_RATIO: f64 = 0.45;
+
+const LEGIT_MCCS: [&str; 4] = ["5411", "5812", "5912", "5311"];
+const FRAUD_MCCS: [&str; 3] = ["7995", "7801", "7802"];
+/// SPEC.md's table, from which borderline requests draw.
+const ALL_MCCS: [&str; 10] = [
+    "5411", "5812", "5912", "5944", "7801", "7802", "7995", "4511", "5311", "5999",
+];
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+/// A number as the generator writes it: integers without a fraction, others with at most 10
+/// decimals and no trailing zeros.
+fn number(v: f64) -> String {
+    if v == v.floor() && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.10}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// One request body.
+pub fn payload(rng: &mut Rng) -> String {
+    use Profile::*;
+    let u = rng.unit();
+    let p = if u < 1.0 - FRAUD_RATIO {
+        Legit
+    } else if u < 1.0 - FRAUD_RATIO * 0.1 {
+        Fraud
+    } else {
+        Borderline
+    };
+    // Ranges per profile: (legit, fraud, borderline).
+    let pick = |l: (f64, f64), f: (f64, f64), b: (f64, f64)| match p {
+        Legit => l,
+        Fraud => f,
+        Borderline => b,
+    };
+    let id = rng.u32();
+    let (lo, hi) = pick((10.0, 500.0), (2000.0, 10_000.0), (400.0, 3000.0));
+    let amount = round2(rng.range(lo, hi));
+    let (lo, hi) = pick((1.0, 4.0), (6.0, 13.0), (3.0, 8.0));
+    let installments = rng.int(lo as i64, hi as i64);
+    let (lo, hi) = pick((8.0, 21.0), (0.0, 7.0), (6.0, 23.0));
+    let hour = rng.int(lo as i64, hi as i64);
+    let (minute, second) = (rng.int(0, 60), rng.int(0, 60));
+    let year = rng.int(2026, 2031);
+    let month = if year == 2026 {
+        rng.int(3, 13)
+    } else {
+        rng.int(1, 13)
+    };
+    let day = rng.int(1, 29);
+    let requested_at = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z");
+    let avg_amount = round2(match p {
+        // The generator's legit range is [amount / 0.5, amount * 2], a single point.
+        Legit => rng.range(amount / 0.5, amount * 2.0),
+        Fraud => rng.range(50.0, 300.0),
+        Borderline => rng.range(100.0, 500.0),
+    });
+    let (lo, hi) = pick((1.0, 6.0), (8.0, 21.0), (4.0, 12.0));
+    let tx_count = rng.int(lo as i64, hi as i64);
+    let known: Vec<String> = (0..rng.int(2, 6))
+        .map(|_| format!("MERC-{:03}", rng.int(1, 20)))
+        .collect();
+    let merchant = match p {
+        Legit => known[rng.int(0, known.len() as i64) as usize].clone(),
+        Fraud => format!("MERC-{:03}", rng.int(50, 100)),
+        Borderline if rng.unit() < 0.5 => known[rng.int(0, known.len() as i64) as usize].clone(),
+        Borderline => format!("MERC-{:03}", rng.int(30, 60)),
+    };
+    let mcc = match p {
+        Legit => LEGIT_MCCS[rng.int(0, 4) as usize],
+        Fraud => FRAUD_MCCS[rng.int(0, 3) as usize],
+        Borderline => ALL_MCCS[rng.int(0, 10) as usize],
+    };
+    let (lo, hi) = pick((30.0, 500.0), (20.0, 100.0), (50.0, 300.0));
+    let merchant_avg = round2(rng.range(lo, hi));
+    let online_share = match p {
+        Legit => 0.3,
+        Fraud => 0.8,
+        Borderline => 0.5,
+    };
+    let online = rng.unit() < online_share;
+    let card_present = !online && rng.unit() < 0.9;
+    let (lo, hi) = pick((0.0, 50.0), (200.0, 1000.0), (30.0, 400.0));
+    let km_home = rng.range(lo, hi);
+    let last = if rng.unit() < 0.2 {
+        "null".to_string()
+    } else {
+        let now = crate::time::parse(&requested_at)
+            .expect("a valid date")
+            .seconds as i64;
+        let back = 60 + (rng.next_u64() % (10 * 365 * 24 * 3600)) as i64;
+        let (lo, hi) = pick((0.0, 20.0), (200.0, 1000.0), (20.0, 300.0));
+        format!(
+            r#"{{"timestamp":"{}","km_from_current":{}}}"#,
+            crate::time::format(now - back),
+            number(rng.range(lo, hi))
+        )
+    };
+    let known = known
+        .iter()
+        .map(|m| format!("\"{m}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        concat!(
+            r#"{{"id":"tx-{}","transaction":{{"amount":{},"installments":{},"requested_at":"{}"}},"#,
+            r#""customer":{{"avg_amount":{},"tx_count_24h":{},"known_merchants":[{}]}},"#,
+            r#""merchant":{{"id":"{}","mcc":"{}","avg_amount":{}}},"#,
+            r#""terminal":{{"is_online":{},"card_present":{},"km_from_home":{}}},"#,
+            r#""last_transaction":{}}}"#
+        ),
+        id,
+        number(amount),
+        installments,
+        requested_at,
+        number(avg_amount),
+        tx_count,
+        known,
+        merchant,
+        mcc,
+        number(merchant_avg),
+        online,
+        card_present,
+        number(km_home),
+        last
+    )
+}
+
+/// `n` request bodies from `seed`.
+pub fn payloads(n: usize, seed: u64) -> Vec<String> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| payload(&mut rng)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_valid_requests_with_the_generators_ranges() {
+        let bodies = payloads(2_000, 7);
+        assert_eq!(bodies, payloads(2_000, 7), "reproducible");
+        let mut last_null = 0;
+        let mut fraud_like = 0;
+        for b in &bodies {
+            let q = crate::payload::query(b.as_bytes()).unwrap_or_else(|e| panic!("{e}: {b}"));
+            let v: serde_json::Value = serde_json::from_str(b).unwrap();
+            let amount = v["transaction"]["amount"].as_f64().unwrap();
+            assert!((10.0..=10_000.0).contains(&amount), "{b}");
+            assert!(q[3] * 23.0 <= 22.0 + 1e-9, "hours stop at 22: {b}");
+            last_null += usize::from(v["last_transaction"].is_null());
+            fraud_like += usize::from(amount >= 2000.0);
+        }
+        // 20% without a last transaction, ~40% fraud-profile amounts (0.9 x 0.45).
+        assert!((300..500).contains(&last_null), "{last_null}");
+        assert!((650..950).contains(&fraud_like), "{fraud_like}");
+    }
+
+    #[test]
+    fn numbers_are_written_like_the_generator() {
+        assert_eq!(number(441.59), "441.59");
+        assert_eq!(number(12.0), "12");
+        assert_eq!(number(33.881449206712), "33.8814492067");
+        assert_eq!(number(0.5), "0.5");
+    }
+}

@@ -1,0 +1,146 @@
+//! `labeller`: the brute-force labeller as a command.
+//!
+//! `labeller relabel FILE` reads a JSON array of cases `{"name", "what", "body", ...}` and
+//! prints it back with what the labeller says about each body: its query `vector`, the 5
+//! `neighbours` (reference indices, nearest first), the number of `frauds` among them and the
+//! `expected` response body. `local-runner/tests/data/hostile-valid.json` is made this way:
+//!
+//! ```sh
+//! cargo run --release -p labeller -- relabel local-runner/tests/data/hostile-valid.json > new.json
+//! cargo run --release -p labeller -- relabel --check local-runner/tests/data/hostile-valid.json
+//! ```
+//!
+//! With `--check` nothing is printed; the command fails if the file differs from what it would
+//! print (so recorded answers cannot drift from the labeller).
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use labeller::{payload, references, scan};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(about = "The contest's brute-force labeller, transcribed from SPEC.md")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Recompute vector, neighbours, frauds and expected body of every case in FILE.
+    Relabel {
+        file: PathBuf,
+        /// The contest's references (their SHA-256 is checked).
+        #[arg(long, default_value = "resources/references.json.gz")]
+        references: PathBuf,
+        /// Print nothing; fail if FILE differs from what would be printed.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    what: String,
+    body: String,
+}
+
+#[derive(Serialize)]
+struct Labelled<'a> {
+    name: &'a str,
+    what: &'a str,
+    body: &'a str,
+    vector: Vec<f64>,
+    neighbours: Vec<u32>,
+    frauds: usize,
+    expected: &'static str,
+}
+
+/// The six possible response bodies, by number of frauds among the 5 neighbours
+/// (fraud_score = frauds / 5, approved = fraud_score < 0.6).
+const BODIES: [&str; 6] = [
+    r#"{"approved":true,"fraud_score":0.0}"#,
+    r#"{"approved":true,"fraud_score":0.2}"#,
+    r#"{"approved":true,"fraud_score":0.4}"#,
+    r#"{"approved":false,"fraud_score":0.6}"#,
+    r#"{"approved":false,"fraud_score":0.8}"#,
+    r#"{"approved":false,"fraud_score":1.0}"#,
+];
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Relabel {
+            file,
+            references,
+            check,
+        } => relabel(&file, &references, check),
+    }
+}
+
+fn relabel(file: &PathBuf, refs_path: &PathBuf, check: bool) -> Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let cases: Vec<Case> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON array of cases", file.display()))?;
+    let queries = cases
+        .iter()
+        .map(|c| payload::query(c.body.as_bytes()).map_err(|e| anyhow::anyhow!("{}: {e}", c.name)))
+        .collect::<Result<Vec<_>>>()?;
+    eprintln!("{} cases; reading {}", cases.len(), refs_path.display());
+    let refs = references::read(refs_path, true)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let hits = scan::nearest_many(&refs, &queries, scan::K, threads, &|_| {});
+    let labelled: Vec<Labelled> = cases
+        .iter()
+        .zip(&queries)
+        .zip(&hits)
+        .map(|((c, q), h)| {
+            let frauds = h.iter().filter(|h| h.fraud).count();
+            Labelled {
+                name: &c.name,
+                what: &c.what,
+                body: &c.body,
+                vector: q.to_vec(),
+                neighbours: h.iter().map(|h| h.index).collect(),
+                frauds,
+                expected: BODIES[frauds],
+            }
+        })
+        .collect();
+    // One-space indentation, as the file has always been written.
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
+    labelled.serialize(&mut serde_json::Serializer::with_formatter(&mut out, fmt))?;
+    out.push(b'\n');
+    if !check {
+        print!("{}", String::from_utf8(out)?);
+        return Ok(());
+    }
+    if out != text.as_bytes() {
+        let old: Vec<serde_json::Value> = serde_json::from_str(&text)?;
+        let new: Vec<serde_json::Value> = serde_json::from_slice(&out)?;
+        let differing: Vec<String> = old
+            .iter()
+            .zip(&new)
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a["name"].to_string())
+            .collect();
+        bail!(
+            "{} differs from the labeller's answers (cases {}); rerun without --check to rewrite it",
+            file.display(),
+            if differing.is_empty() {
+                "none: formatting only".to_string()
+            } else {
+                differing.join(", ")
+            }
+        );
+    }
+    eprintln!(
+        "{}: all {} cases are the labeller's answers",
+        file.display(),
+        cases.len()
+    );
+    Ok(())
+}
