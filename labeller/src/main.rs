@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use labeller::{payload, references, scan};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
 #[command(about = "The contest's brute-force labeller, transcribed from SPEC.md")]
@@ -79,7 +79,7 @@ fn main() -> Result<()> {
     }
 }
 
-fn relabel(file: &PathBuf, refs_path: &PathBuf, check: bool) -> Result<()> {
+fn relabel(file: &Path, refs_path: &Path, check: bool) -> Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let cases: Vec<Case> = serde_json::from_str(&text)
