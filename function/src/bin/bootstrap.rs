@@ -1,34 +1,53 @@
 //! `bootstrap`: the fraud scorer as an AWS Lambda function (custom runtime `provided.al2023`).
 //!
 //! `lambda_http` turns each event (API Gateway REST API v1, HTTP API v2, Function URL, ALB) into
-//! one `http::Request`; [`respond`] hands its method, raw path and body to
-//! [`function::Scorer::handle`], the same handler the HTTP server uses, and turns the
-//! [`function::Response`] back into the event source's response format. Nothing here takes part in
-//! the decision, and a bad body is the handler's normal 400 answer, never a function error.
+//! one `http::Request`; [`answer`] hands it to [`function::Scorer::handle`], the same handler the
+//! HTTP server uses, and [`respond`] turns the [`function::Response`] back into the event
+//! source's response format. Nothing here takes part in the decision, and a bad body is the
+//! handler's normal 400 answer, never a function error.
 //!
 //! Start-up opens the index embedded in this binary in place (no copy, pages mapped lazily), so the
 //! Lambda init phase stays in the milliseconds. `FRAUD_PREFAULT=1` reads (and CRC-checks) every
 //! page during init instead, moving the page faults out of the first invocations.
 //!
+//! Logs go through `tracing` (`lambda_http::tracing`): JSON lines when the function's
+//! `LoggingConfig` says `LogFormat: JSON` (Lambda then sets `AWS_LAMBDA_LOG_FORMAT`), level from
+//! `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`. At INFO: one line at init (kernels, codec, index
+//! checksums, init time), one WARN line per failed request (status, method, path, the field a
+//! 400 names; never the body), nothing per successful request; the runtime's own errors.
+//!
 //! Any panic aborts the process after logging it: Lambda then reports the invocation as failed and
 //! starts a fresh execution environment, rather than reusing one in an unknown state.
 
 use function::Scorer;
+use index_pack::format::{self, Footer};
 use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
-use lambda_http::{service_fn, Body, Error, Request, RequestExt, Response};
+use lambda_http::{service_fn, tracing, Body, Error, Request, RequestExt, Response};
 use std::convert::Infallible;
+use std::process::ExitCode;
 use std::time::Instant;
 
-/// Answers one request through the transport-neutral handler.
+/// Longest path or field name written to a log line, in characters (both come from the client).
+const MAX_LOGGED_CHARS: usize = 100;
+
+/// The one call into the transport-neutral handler.
 ///
 /// The path is the event's raw path (`rawPath` for v2 and Function URLs, `path` for v1 and ALB),
 /// which carries no REST API stage prefix.
-fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
-    let answer = scorer.handle(
+fn answer(scorer: &Scorer<'_>, req: &Request) -> function::Response {
+    scorer.handle(
         req.method().as_str(),
         req.raw_http_path(),
         req.body().as_ref(),
-    );
+    )
+}
+
+/// Answers one request in the event source's format; logs it only if it failed.
+fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
+    let answer = answer(scorer, req);
+    if answer.status >= 400 {
+        log_failure(req, &answer);
+    }
     let mut builder = Response::builder()
         .status(answer.status)
         .header(CONTENT_TYPE, answer.content_type);
@@ -40,27 +59,77 @@ fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
         .expect("status and headers come from the handler's fixed set")
 }
 
+/// One WARN line for a failed request: status, method, path and, for a 400, the field the
+/// handler's error names (the part of its message before the first `": "`). The request body,
+/// and the rest of the message (which may quote it), are never logged.
+fn log_failure(req: &Request, answer: &function::Response) {
+    #[derive(serde::Deserialize)]
+    struct ErrorBody<'a> {
+        #[serde(borrow)]
+        error: std::borrow::Cow<'a, str>,
+    }
+    let field = (answer.status == 400)
+        .then(|| serde_json::from_str::<ErrorBody>(&answer.body).ok())
+        .flatten()
+        .map(|e| clip(e.error.split_once(": ").map_or("", |(f, _)| f)).to_owned());
+    tracing::warn!(
+        status = answer.status,
+        method = %req.method(),
+        path = clip(req.raw_http_path()),
+        field = field.as_deref(),
+        "request failed"
+    );
+}
+
+/// At most [`MAX_LOGGED_CHARS`] characters of `s`.
+fn clip(s: &str) -> &str {
+    s.char_indices()
+        .nth(MAX_LOGGED_CHARS)
+        .map_or(s, |(cut, _)| &s[..cut])
+}
+
 /// Logs the panic, then aborts the whole process.
 fn install_abort_on_panic() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default(info);
-        eprintln!("bootstrap: panic, aborting");
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(panic = %info, "panic, aborting");
         std::process::abort();
     }));
 }
 
-fn main() -> Result<(), Error> {
+fn main() -> ExitCode {
     let started = Instant::now();
+    tracing::init_default_subscriber();
     install_abort_on_panic();
+    // A failed start or a failed runtime loop is logged like everything else (JSON on Lambda).
+    match serve(started) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "bootstrap failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the index, logs the init line, then answers invocations until the runtime stops.
+fn serve(started: Instant) -> Result<(), Error> {
     let scorer = function::embedded_scorer()?;
-    if std::env::var_os("FRAUD_PREFAULT").is_some_and(|v| v == "1") {
+    let prefault = std::env::var_os("FRAUD_PREFAULT").is_some_and(|v| v == "1");
+    if prefault {
         function::index::prefault()?;
     }
-    eprintln!(
-        "bootstrap: index ready in {} us ({} bytes embedded)",
-        started.elapsed().as_micros(),
-        function::index::artifact().len()
+    let artifact = function::index::artifact();
+    // The footer is the artifact's last bytes: reading it touches one page, not the index.
+    let footer = Footer::read(artifact)?;
+    let header = &scorer.searcher().index().header;
+    tracing::info!(
+        kernels = scorer.searcher().kernels_name(),
+        codec = header.codec.native().name(),
+        index_source_sha256 = %format::hex(&header.source_sha256),
+        artifact_crc32 = %format_args!("{:08x}", footer.crc32),
+        artifact_bytes = artifact.len(),
+        prefault,
+        init_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "index ready"
     );
     // One invocation at a time per execution environment: a single-threaded runtime suffices.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -74,6 +143,7 @@ fn main() -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
     fn event(name: &str) -> Request {
         let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -131,5 +201,69 @@ mod tests {
         let res = respond(&scorer, &event("apigw-v2/wrong-method.json"));
         assert_eq!(res.status(), 405);
         assert_eq!(res.headers()[ALLOW], "POST");
+    }
+
+    /// The JSON lines `respond` logs for these events, as Lambda's JSON format would write them.
+    fn logged(events: &[&str]) -> Vec<serde_json::Value> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing::subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        let scorer = function::embedded_scorer().unwrap();
+        tracing::dispatcher::with_default(&tracing::Dispatch::new(subscriber), || {
+            for name in events {
+                respond(&scorer, &event(name));
+            }
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn successful_requests_log_nothing() {
+        let lines = logged(&[
+            "apigw-v2/legit.json",
+            "apigw-v1/fraud.json",
+            "function-url/null-last.json",
+            "alb/ready.json",
+        ]);
+        assert!(lines.is_empty(), "{lines:?}");
+    }
+
+    #[test]
+    fn a_failed_request_logs_one_line_without_the_body() {
+        let lines = logged(&["hostile/wrong-type.json"]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let fields = &lines[0]["fields"];
+        assert_eq!(lines[0]["level"], "WARN");
+        assert_eq!(fields["status"], 400);
+        assert_eq!(fields["method"], "POST");
+        assert_eq!(fields["path"], "/fraud-score");
+        assert_eq!(fields["field"], "transaction.amount");
+        // The offending value ("441.59" as a string) is in the error message, not in the log.
+        assert!(!lines[0].to_string().contains("441.59"), "{}", lines[0]);
+
+        let lines = logged(&["apigw-v2/not-found.json", "apigw-v2/wrong-method.json"]);
+        let statuses: Vec<_> = lines
+            .iter()
+            .map(|l| l["fields"]["status"].clone())
+            .collect();
+        assert_eq!(statuses, [404, 405], "{lines:?}");
+        assert!(lines.iter().all(|l| l["fields"].get("field").is_none()));
     }
 }

@@ -1,0 +1,390 @@
+//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap, on loopback.
+//!
+//! The RIE listens on an API port for invocations (`POST /2015-03-31/functions/function/
+//! invocations` with an event) and offers the Lambda runtime API to the bootstrap on a second
+//! port. It starts the bootstrap at the first invocation, so that invocation carries the init.
+//! The bootstrap's own output (JSON log lines, as with `LoggingConfig: LogFormat: JSON`) and the
+//! RIE's reports (`INIT REPORT`, `REPORT ... Duration`) go to one log file, read back at the end
+//! ([`Log`]). With `cpus`, the bootstrap (not the RIE) runs under a CFS quota as on Lambda.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const INVOKE: &str = "/2015-03-31/functions/function/invocations";
+
+/// What the function is configured with (template.yaml's defaults unless overridden).
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    pub memory_mb: u32,
+    pub timeout_s: u32,
+    pub prefault: bool,
+    /// CPU share of the bootstrap (Lambda: memory / 1,769 MB), cgroup v1; `None` = unlimited.
+    pub cpus: Option<f64>,
+}
+
+pub struct Emulator {
+    child: Child,
+    api: SocketAddr,
+    agent: ureq::Agent,
+    log: PathBuf,
+    cgroup: Option<PathBuf>,
+    pub launched: Instant,
+}
+
+impl Emulator {
+    /// Starts the RIE for the bootstrap in `package_dir`, writing its output to `log`.
+    pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: PathBuf) -> Result<Emulator> {
+        let api = free_port()?;
+        let runtime_api = free_port()?;
+        let (entry, cgroup) = match s.cpus {
+            Some(cpus) => {
+                let (wrapper, cgroup) = cpu_limited(cpus, log.with_extension("wrapper"))?;
+                (wrapper, Some(cgroup))
+            }
+            None => (PathBuf::from("./bootstrap"), None),
+        };
+        let out = std::fs::File::create(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let child = std::process::Command::new(rie)
+            .arg("--runtime-interface-emulator-address")
+            .arg(api.to_string())
+            .arg("--runtime-api-address")
+            .arg(runtime_api.to_string())
+            .arg(&entry)
+            .current_dir(package_dir)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
+            .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
+            // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
+            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+            .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
+            .env("FRAUD_PREFAULT", if s.prefault { "1" } else { "0" })
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("cannot start {}", rie.display()))?;
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(15)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Emulator {
+            child,
+            api,
+            agent,
+            log,
+            cgroup,
+            launched: Instant::now(),
+        })
+    }
+
+    /// Waits (at most 20 s) until the RIE accepts connections; returns the time since launch.
+    pub fn wait_listening(&mut self) -> Result<Duration> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if TcpStream::connect_timeout(&self.api, Duration::from_secs(1)).is_ok() {
+                return Ok(self.launched.elapsed());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the emulator exited ({status}); log in {}",
+                    self.log.display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("the emulator did not listen within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends one event; returns the emulator's answer (the function's JSON) and the round trip.
+    pub fn invoke(&self, event: &[u8]) -> Result<(Vec<u8>, Duration)> {
+        let url = format!("http://{}{INVOKE}", self.api);
+        let t = Instant::now();
+        let mut resp = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(event)
+            .context("invoke through the emulator")?;
+        let body = resp.body_mut().read_to_vec()?;
+        let rtt = t.elapsed();
+        if resp.status() != 200 {
+            bail!(
+                "the emulator answered HTTP {}: {}",
+                resp.status(),
+                String::from_utf8_lossy(&body[..body.len().min(300)])
+            );
+        }
+        Ok((body, rtt))
+    }
+
+    /// Memory of the running bootstrap (its index pages count as file-backed RSS).
+    pub fn bootstrap_memory(&self) -> Option<Memory> {
+        let pid = descendants(self.child.id())
+            .into_iter()
+            .find(|p| comm(*p).as_deref() == Some("bootstrap"))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kb = |key: &str| -> Option<u64> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        Some(Memory {
+            peak_rss_kb: kb("VmHWM")?,
+            rss_anon_kb: kb("RssAnon")?,
+            rss_file_kb: kb("RssFile")?,
+        })
+    }
+
+    /// Stops the RIE and the bootstrap, then reads the log as it was before they were stopped
+    /// (what they print about being killed is not part of the run).
+    pub fn stop(mut self) -> Result<Log> {
+        let len = std::fs::metadata(&self.log)?.len() as usize;
+        self.kill();
+        let mut text = std::fs::read(&self.log)
+            .with_context(|| format!("cannot read {}", self.log.display()))?;
+        text.truncate(len);
+        Ok(Log::parse(&String::from_utf8_lossy(&text)))
+    }
+
+    fn kill(&mut self) {
+        for pid in descendants(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(cg) = self.cgroup.take() {
+            // The group empties once the killed bootstrap is reaped by init.
+            for _ in 0..50 {
+                if std::fs::remove_dir(&cg).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Memory {
+    pub peak_rss_kb: u64,
+    pub rss_anon_kb: u64,
+    pub rss_file_kb: u64,
+}
+
+/// A free loopback TCP address (the port is released for the RIE to take).
+fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
+}
+
+/// A cgroup v1 CPU group with a quota of `cpus` per 100 ms period, and a two-line shell wrapper
+/// that moves itself into it and execs the bootstrap (the RIE starts the wrapper).
+fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
+    let cg = PathBuf::from(format!(
+        "/sys/fs/cgroup/cpu/xtask-lambda-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&cg).with_context(|| {
+        format!(
+            "cannot create {} (needs root and a cgroup v1 cpu controller)",
+            cg.display()
+        )
+    })?;
+    std::fs::write(cg.join("cpu.cfs_period_us"), "100000")?;
+    std::fs::write(
+        cg.join("cpu.cfs_quota_us"),
+        ((cpus * 100_000.0).round() as u64).to_string(),
+    )?;
+    let procs = cg.join("cgroup.procs");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho $$ > {} && exec ./bootstrap\n",
+            procs.display()
+        ),
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    crate::log!("bootstrap limited to {cpus} CPU ({})", cg.display());
+    Ok((wrapper, cg))
+}
+
+/// A process's name (`/proc/<pid>/comm`).
+fn comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Every descendant of `pid`, from /proc (procps may be missing).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parens.
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            if let Some(pp) = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<u32>().ok())
+            {
+                parent_of.push((p, pp));
+            }
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let cur = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp)| *pp == cur)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Line {
+    pub level: String,
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+impl Line {
+    pub fn message(&self) -> &str {
+        self.fields
+            .get("message")
+            .and_then(|m| m.as_str())
+            .unwrap_or("")
+    }
+
+    /// The fields as a typed record; fails on a missing or an unexpected field.
+    pub fn typed<T: for<'de> Deserialize<'de>>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_value(serde_json::to_value(&self.fields)?)
+    }
+}
+
+/// What the log file says after a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Log {
+    /// `INIT REPORT(durationMs: ...)`: exec of the bootstrap to its first request for work.
+    pub init_report_ms: Option<f64>,
+    /// `Duration` of each `REPORT` line, in invocation order.
+    pub durations_ms: Vec<f64>,
+    /// The bootstrap's JSON lines, in order.
+    pub lines: Vec<Line>,
+    /// Lines that are neither the bootstrap's JSON nor the emulator's own.
+    pub other: Vec<String>,
+    /// A runtime exit or a panic.
+    pub crashed: bool,
+}
+
+impl Log {
+    pub fn parse(text: &str) -> Log {
+        let init = regex::Regex::new(r"INIT REPORT\(durationMs: ([0-9.]+)\)").unwrap();
+        let duration = regex::Regex::new(r"\tDuration: ([0-9.]+) ms").unwrap();
+        let mut log = Log::default();
+        for l in text.lines() {
+            if let Some(c) = init.captures(l) {
+                log.init_report_ms = log.init_report_ms.or(c[1].parse().ok());
+            }
+            if l.starts_with("REPORT ") {
+                if let Some(c) = duration.captures(l) {
+                    log.durations_ms.push(c[1].parse().unwrap_or(f64::NAN));
+                }
+            }
+            if l.contains("Runtime.ExitError") || l.contains("panic") {
+                log.crashed = true;
+            }
+            if l.starts_with('{') {
+                match serde_json::from_str::<Line>(l) {
+                    Ok(line) => log.lines.push(line),
+                    Err(_) => log.other.push(l.to_string()),
+                }
+            } else if !is_emulator_line(l) {
+                log.other.push(l.to_string());
+            }
+        }
+        log
+    }
+}
+
+/// The RIE's own lines: `START`/`END`/`REPORT`/`INIT REPORT` and its timestamped messages
+/// (`30 Nov 2026 14:52:00,123 [INFO] (rapid) ...`).
+fn is_emulator_line(l: &str) -> bool {
+    l.is_empty()
+        || ["START ", "END ", "REPORT ", "INIT "]
+            .iter()
+            .any(|p| l.starts_with(p))
+        || l.contains(" (rapid) ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_sorted_by_origin() {
+        let text = "30 Nov 2026 14:52:00,123 [INFO] (rapid) exec './bootstrap' (cwd=/x, handler=)\n\
+            {\"level\":\"INFO\",\"fields\":{\"message\":\"index ready\",\"init_us\":412}}\n\
+            START RequestId: 1 Version: $LATEST\n\
+            INIT REPORT(durationMs: 3.25)\n\
+            END RequestId: 1\n\
+            REPORT RequestId: 1\tInit Duration: 0.31 ms\tDuration: 4.50 ms\tBilled Duration: 5 ms\n\
+            {\"level\":\"WARN\",\"fields\":{\"message\":\"request failed\",\"status\":400},\"span\":{\"requestId\":\"2\"}}\n\
+            REPORT RequestId: 2\tDuration: 0.75 ms\tBilled Duration: 1 ms\n\
+            something else\n";
+        let log = Log::parse(text);
+        assert_eq!(log.init_report_ms, Some(3.25));
+        assert_eq!(log.durations_ms, [4.5, 0.75]);
+        assert_eq!(log.lines.len(), 2);
+        assert_eq!(log.lines[0].message(), "index ready");
+        assert_eq!(log.lines[1].fields["status"], 400);
+        assert_eq!(log.other, ["something else"]);
+        assert!(!log.crashed);
+        assert!(Log::parse("thread 'main' panicked at x").crashed);
+    }
+
+    #[test]
+    fn descendants_of_this_process_include_a_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let found = descendants(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&child.id()), "{found:?}");
+    }
+}
