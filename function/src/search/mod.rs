@@ -18,7 +18,10 @@
 //!    reference with D <= the final 5th distance is missed.
 //! 3. **Ties.** Every reference with D <= the running 5th distance is kept, so at the end all
 //!    references tied at the 5th distance are known; only if such a tie crosses the 5th place
-//!    are the tied ones ordered by the labeller's own f64 formula, then by index.
+//!    are the tied ones ordered by the labeller's own f64 formula, then by index. That fixes
+//!    which 5 are taken, so the vote. [`Searcher::nearest`] also lists equal D inside the 5 in
+//!    the labeller's order (f64, then index); [`Searcher::frauds`], the request path, needs
+//!    only the set and skips it.
 //!
 //! There is no heuristic early stop: the work adapts to the query, the answer does not.
 //!
@@ -153,10 +156,29 @@ impl<'a> Searcher<'a> {
     /// As [`Searcher::nearest`], with work counters.
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
         self.with_answer(q, |s| {
-            (
-                s.cands.iter().take(K).map(|c| self.decode(c)).collect(),
-                s.stats,
-            )
+            let mut top: Vec<Cand> = s.cands.iter().take(K).copied().collect();
+            // Equal fixed-point distances inside the 5 (a tie across 5th place is already in
+            // the labeller's order): the labeller lists them by f64 distance, then file order.
+            // Which 5 they are, and so the vote, does not depend on it: `frauds` skips this.
+            let mut i = 0;
+            while i < top.len() {
+                let run = top[i..]
+                    .iter()
+                    .take_while(|c| c.dist == top[i].dist)
+                    .count();
+                if run > 1 {
+                    top[i..i + run].sort_by(|a, b| {
+                        let key = |c: &Cand| {
+                            let d = labeller_distance(q, &stored_vector(self.index, c.slot));
+                            (d, self.decode(c).index)
+                        };
+                        let (ka, kb) = (key(a), key(b));
+                        ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1))
+                    });
+                }
+                i += run;
+            }
+            (top.iter().map(|c| self.decode(c)).collect(), s.stats)
         })
     }
 

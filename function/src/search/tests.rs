@@ -1,4 +1,8 @@
-//! The search against a literal transcription of the labeller, on small in-memory indexes.
+//! The search against an independent oracle, on small in-memory indexes.
+//!
+//! The oracle is the `labeller` crate: the contest's brute force transcribed from SPEC.md (f64
+//! squared distances over all references in file order, strict `<`), sharing no code with this
+//! crate, so a mistake in the search's own tie-breaking cannot hide in its reference answer.
 
 use super::*;
 use index_pack::format::{self, CodecKind};
@@ -6,20 +10,33 @@ use index_pack::layout::{self, LayoutParams, References};
 use proptest::prelude::*;
 use rkyv::util::AlignedVec;
 
-/// The contest labeller: f64 distances over all references in file order, a candidate enters
-/// only when strictly closer than one of the current 5.
-pub(crate) fn labeller_top5(refs: &References, q: &[i16; DIMS]) -> Vec<u32> {
-    let mut best: Vec<(f64, u32)> = Vec::with_capacity(K + 1);
-    for (i, v) in refs.vectors.iter().enumerate() {
-        let r = v.map(|k| k as f64 / SCALE);
-        let d = labeller_distance(q, &r);
-        if best.len() < K || d < best[best.len() - 1].0 {
-            let pos = best.iter().position(|&(x, _)| d < x).unwrap_or(best.len());
-            best.insert(pos, (d, i as u32));
-            best.truncate(K);
-        }
+/// The labeller over the same references as an index.
+pub(crate) struct Oracle(labeller::References);
+
+/// A component k as the labeller holds it: the double nearest to the 4-decimal value k / 10000
+/// (what reading its decimal text gives, and what rounding a query component gives).
+fn real(v: &[i16; DIMS]) -> labeller::Query {
+    v.map(|k| k as f64 / 10_000.0)
+}
+
+impl Oracle {
+    pub(crate) fn new(refs: &References) -> Oracle {
+        let rows = refs.vectors.iter().map(real).collect();
+        Oracle(labeller::References::from_rows(rows, refs.fraud.clone()))
     }
-    best.into_iter().map(|(_, i)| i).collect()
+
+    /// The labeller's 5 nearest references, nearest first.
+    pub(crate) fn top5(&self, q: &[i16; DIMS]) -> Vec<u32> {
+        labeller::scan::nearest(&self.0, &real(q))
+            .iter()
+            .map(|h| h.index)
+            .collect()
+    }
+
+    /// The labeller's f64 distance from `q` to reference `i`.
+    fn distance(&self, q: &[i16; DIMS], i: usize) -> f64 {
+        labeller::scan::distance(&real(q), &self.0.rows[i])
+    }
 }
 
 /// A faiss-free index ([`layout::build_sampled`]): lists of very different sizes.
@@ -79,9 +96,9 @@ pub(crate) fn random_vector(rng: &mut Lcg, coarse: bool) -> [i16; DIMS] {
     v
 }
 
-fn check_query(searcher: &Searcher, refs: &References, q: &[i16; DIMS]) {
+fn check_query(searcher: &Searcher, refs: &References, oracle: &Oracle, q: &[i16; DIMS]) {
     let got: Vec<u32> = searcher.nearest(q).iter().map(|n| n.index).collect();
-    let want = labeller_top5(refs, q);
+    let want = oracle.top5(q);
     assert_eq!(got, want, "query {q:?}");
     let frauds = want.iter().filter(|&&i| refs.fraud[i as usize]).count();
     assert_eq!(searcher.frauds(q), frauds);
@@ -101,10 +118,11 @@ fn exact_on_random_data_fine_and_coarse_grids() {
         let refs = random_refs(3_000, seed, coarse);
         let bytes = small_index(&refs, 37, CodecKind::I16, 16);
         let idx = format::open(&bytes).unwrap();
+        let oracle = Oracle::new(&refs);
         let mut rng = Lcg(seed + 100);
         for s in searchers(idx) {
             for _ in 0..150 {
-                check_query(&s, &refs, &random_vector(&mut rng, coarse));
+                check_query(&s, &refs, &oracle, &random_vector(&mut rng, coarse));
             }
         }
     }
@@ -131,9 +149,10 @@ fn exact_on_adversarial_queries() {
         }
         queries.push(q);
     }
+    let oracle = Oracle::new(&refs);
     for s in searchers(idx) {
         for q in &queries {
-            check_query(&s, &refs, q);
+            check_query(&s, &refs, &oracle, q);
         }
     }
 }
@@ -149,9 +168,136 @@ fn exact_with_duplicates_straddling_fifth_place() {
     }
     let bytes = small_index(&refs, 9, CodecKind::I16, 8);
     let idx = format::open(&bytes).unwrap();
+    let oracle = Oracle::new(&refs);
     for s in searchers(idx) {
-        check_query(&s, &refs, &dup);
+        check_query(&s, &refs, &oracle, &dup);
     }
+}
+
+/// Components a constructed tie may differ in: not the key dimensions, not a -1 sentinel.
+fn free_dims(q: &[i16; DIMS]) -> Vec<usize> {
+    (0..DIMS)
+        .filter(|&d| !KEY_DIMS.contains(&d) && q[d] >= 0)
+        .collect()
+}
+
+/// Item 2 of the exactness issue: references at *equal* integer squared distance whose f64
+/// distances (the labeller's) are in the opposite order of their file order, competing for
+/// 5th place. Each is built by permuting the components of one difference vector: a
+/// permutation keeps the integer distance, but not the rounding of the f64 sum. Four
+/// references sit strictly closer; the tied ones, 2 or 3, take places 5, 6 (and 7) with the
+/// f64-farthest first in the file, and their labels differ, so taking them by file order
+/// would give another answer and another fraud count.
+#[test]
+fn f64_order_decides_equal_integer_distances_across_fifth_place() {
+    let mut rng = Lcg(20_261_130);
+    let mut built = 0;
+    for _attempt in 0..2_000 {
+        if built == 40 {
+            break;
+        }
+        // A query away from the edges, so every constructed component stays in [0, 1].
+        let mut q = random_vector(&mut rng, false);
+        for d in free_dims(&q) {
+            q[d] = 1_000 + (rng.next() % 8_001) as i16;
+        }
+        let free = free_dims(&q);
+        // One difference vector, moved to other components by random swaps.
+        let mut diff = [0i16; DIMS];
+        for &d in &free {
+            diff[d] = (rng.next() % 601) as i16 - 300;
+        }
+        let tied_n = 2 + (built % 2);
+        let mut diffs = vec![diff];
+        while diffs.len() < tied_n {
+            let mut e = *diffs.last().unwrap();
+            let (i, j) = (
+                free[rng.next() as usize % free.len()],
+                free[rng.next() as usize % free.len()],
+            );
+            e.swap(i, j);
+            diffs.push(e);
+        }
+        let tied: Vec<[i16; DIMS]> = diffs
+            .iter()
+            .map(|e| std::array::from_fn(|d| q[d] + e[d]))
+            .collect();
+        let exact = |r: &[i16; DIMS]| -> i64 {
+            (0..DIMS).map(|d| (q[d] as i64 - r[d] as i64).pow(2)).sum()
+        };
+        let d_tie = exact(&tied[0]);
+        // Distinct vectors with equal integer distance and pairwise different f64 distances.
+        let mut refs = References::default();
+        for r in &tied {
+            refs.vectors.push(*r);
+            refs.fraud.push(false);
+        }
+        let probe = Oracle::new(&refs);
+        let f: Vec<f64> = (0..tied_n).map(|i| probe.distance(&q, i)).collect();
+        let distinct = (0..tied_n).all(|i| (i + 1..tied_n).all(|j| f[i] != f[j]));
+        if d_tie <= 1 || tied.iter().any(|r| exact(r) != d_tie) || !distinct {
+            continue;
+        }
+
+        // File: filler, the tied ones from f64-farthest to f64-nearest (nearest last), the 4
+        // closer ones, more filler. Filler is kept only if strictly farther than the tie.
+        let mut by_f64: Vec<usize> = (0..tied_n).collect();
+        by_f64.sort_by(|&a, &b| f[b].total_cmp(&f[a]));
+        let filler = random_refs(400, rng.next(), false);
+        let mut refs = References::default();
+        let push = |refs: &mut References, v: [i16; DIMS], fraud: bool| {
+            refs.vectors.push(v);
+            refs.fraud.push(fraud);
+        };
+        for (v, &fr) in filler.vectors.iter().zip(&filler.fraud).take(200) {
+            if exact(v) > d_tie {
+                push(&mut refs, *v, fr);
+            }
+        }
+        let first_tied = refs.vectors.len() as u32;
+        for (rank, &i) in by_f64.iter().enumerate() {
+            // The f64-nearest (placed last) is a fraud, the others are not.
+            push(&mut refs, tied[i], rank == tied_n - 1);
+        }
+        for n in 0..4 {
+            // Closer: the query moved by one unit in one free component (distance 1 < d_tie).
+            let mut c = q;
+            c[free[n % free.len()]] += if n < free.len() { 1 } else { -1 };
+            push(&mut refs, c, n < 2);
+        }
+        for (v, &fr) in filler.vectors.iter().zip(&filler.fraud).skip(200) {
+            if exact(v) > d_tie {
+                push(&mut refs, *v, fr);
+            }
+        }
+        let oracle = Oracle::new(&refs);
+        let want = oracle.top5(&q);
+        let nearest_tied = first_tied + tied_n as u32 - 1;
+        assert_eq!(want[4], nearest_tied, "the labeller takes the f64-nearest");
+        // By file order alone the 5th would be the first tied one, with one fraud fewer.
+        let mut by_index = want[..4].to_vec();
+        by_index.push(first_tied);
+        assert_ne!(by_index, want);
+
+        let bytes = small_index(&refs, 7, CodecKind::I16, 8);
+        let idx = format::open(&bytes).unwrap();
+        for s in searchers(idx) {
+            let got = s.nearest(&q);
+            assert_eq!(
+                got.iter().map(|n| n.index).collect::<Vec<_>>(),
+                want,
+                "query {q:?}, tied distances {f:?}"
+            );
+            assert_eq!(got[4].distance, d_tie);
+            assert_eq!(
+                s.frauds(&q),
+                3,
+                "2 closer frauds and the f64-nearest tied one"
+            );
+        }
+        built += 1;
+    }
+    assert_eq!(built, 40, "constructed only {built} cases");
 }
 
 #[test]
@@ -161,7 +307,7 @@ fn fewer_references_than_k() {
     let idx = format::open(&bytes).unwrap();
     let s = Searcher::new(idx, SearchParams::default());
     let got: Vec<u32> = s.nearest(&[0; DIMS]).iter().map(|n| n.index).collect();
-    assert_eq!(got, labeller_top5(&refs, &[0; DIMS]));
+    assert_eq!(got, Oracle::new(&refs).top5(&[0; DIMS]));
     assert_eq!(got.len(), 3);
 }
 
@@ -174,6 +320,7 @@ fn fp16_codec_is_close_but_not_guaranteed_exact() {
         Searcher::new(idx, SearchParams::default()),
         Searcher::scalar(idx, SearchParams::default()),
     );
+    let oracle = Oracle::new(&refs);
     let mut rng = Lcg(99);
     let mut agree = 0;
     for _ in 0..300 {
@@ -181,7 +328,7 @@ fn fp16_codec_is_close_but_not_guaranteed_exact() {
         let a = fast.nearest(&q);
         assert_eq!(a, slow.nearest(&q), "AVX2 and scalar fp16 kernels disagree");
         let got: Vec<u32> = a.iter().map(|n| n.index).collect();
-        agree += (got == labeller_top5(&refs, &q)) as usize;
+        agree += (got == oracle.top5(&q)) as usize;
     }
     assert!(agree >= 270, "fp16 matched only {agree}/300");
 }
@@ -197,9 +344,10 @@ fn faiss_trained_index_is_exact() {
     let bytes = format::aligned_copy(&index_pack::pack(&refs, &opts).unwrap());
     let idx = format::open(&bytes).unwrap();
     let s = Searcher::new(idx, SearchParams::default());
+    let oracle = Oracle::new(&refs);
     let mut rng = Lcg(5);
     for _ in 0..200 {
-        check_query(&s, &refs, &random_vector(&mut rng, false));
+        check_query(&s, &refs, &oracle, &random_vector(&mut rng, false));
     }
 }
 
@@ -212,11 +360,12 @@ proptest! {
         let bytes = small_index(&refs, cells, CodecKind::I16, block * 8);
         let idx = format::open(&bytes).unwrap();
         let s = Searcher::new(idx, SearchParams { probe });
+        let oracle = Oracle::new(&refs);
         let mut rng = Lcg(seed ^ 0xdead_beef);
         for _ in 0..20 {
             let q = random_vector(&mut rng, coarse);
             let got: Vec<u32> = s.nearest(&q).iter().map(|n| n.index).collect();
-            prop_assert_eq!(got, labeller_top5(&refs, &q));
+            prop_assert_eq!(got, oracle.top5(&q));
         }
     }
 }
