@@ -103,10 +103,12 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
         let s = &r.summary;
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.1} | {} | {} / {} | {} |",
+            "| {} | {} | {}:{}:{} | {} | {} | {:.3} | {:.3} | {:.1} | {} | {} / {} | {} |",
             i + 1,
             r.config,
-            &r.started[9..15],
+            &r.started[9..11],
+            &r.started[11..13],
+            &r.started[13..15],
             r.load_before,
             s.requests,
             s.latency_ms.med,
@@ -163,6 +165,12 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
     t
 }
 
+/// A run's windows but the last, which is partial (requests started in the run's last fraction of
+/// a second).
+fn full(r: &LoadRun) -> &[super::k6::Window] {
+    &r.summary.windows[..r.summary.windows.len().saturating_sub(1)]
+}
+
 fn runs_of<'a>(runs: &'a [LoadRun], name: &'a str) -> impl Iterator<Item = &'a LoadRun> {
     runs.iter().filter(move |r| r.config == name)
 }
@@ -172,14 +180,14 @@ fn series(c: &Configuration, runs: &[LoadRun]) -> Series {
     let rs: Vec<&LoadRun> = runs_of(runs, &c.name).collect();
     let last = rs
         .iter()
-        .flat_map(|r| r.summary.windows.iter().map(|w| w.w))
+        .flat_map(|r| full(r).iter().map(|w| w.w))
         .max()
         .unwrap_or(0);
     let points = (0..=last)
         .filter_map(|sec| {
             let ws: Vec<_> = rs
                 .iter()
-                .filter_map(|r| r.summary.windows.iter().find(|w| w.w == sec))
+                .filter_map(|r| full(r).iter().find(|w| w.w == sec))
                 .collect();
             (!ws.is_empty()).then(|| {
                 let m = |f: &dyn Fn(&super::k6::Window) -> f64| {

@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "wrk")]
     generator: Generator,
     /// wrk connections during the overload (each paced by --wrk-delay-ms).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 22)]
     wrk_connections: u32,
     #[arg(long, default_value_t = 10)]
     wrk_delay_ms: u32,
@@ -86,9 +86,20 @@ pub fn recovery(windows: &[Window], end_s: f64, last_w: u32, max_p99: f64) -> Re
     }
 }
 
+/// User + system CPU seconds of the children waited for so far.
+fn children_cpu_s() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| {
+        let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
 #[derive(Serialize)]
 struct Report {
     generator: Generator,
+    k6_cpu_s: f64,
+    wrk_cpu_s: f64,
     rate: u32,
     load_start: String,
     load_end: String,
@@ -146,6 +157,8 @@ pub fn run(a: Args) -> Result<()> {
         a.before
     );
     let summary_path = base.with_extension("k6.json");
+    // CPU of the generators: children's rusage grows when a child is waited for (wrk, then k6).
+    let cpu0 = children_cpu_s();
     let child = k6::spawn(&mut k6::command(
         "resilience.js",
         &env,
@@ -169,7 +182,9 @@ pub fn run(a: Args) -> Result<()> {
         span = Some((t0, now_ms()));
         wrk_summary = Some(w);
     }
+    let cpu_wrk = children_cpu_s() - cpu0;
     let status = k6::wait(child)?;
+    let cpu_k6 = children_cpu_s() - cpu0 - cpu_wrk;
     std::thread::sleep(Duration::from_secs(1));
     let samples = monitor.stop();
     let containers = watch.finish()?;
@@ -224,7 +239,8 @@ pub fn run(a: Args) -> Result<()> {
     let figures = format!(
         "offered {offered:.0} req/s for {:.1} s ({}), served {served:.0} req/s; errors k6 {} wrk {wrk_errors}, FP {} FN {}; \
          p99 per second during up to {p99_during:.1} ms; back under {} ms {} after the end (max {} s), later seconds up to {}; \
-         peak memory {}; restarts {}, OOM kills {}, samples with a server not UP {not_up}{}",
+         peak memory {}; restarts {}, OOM kills {}, samples with a server not UP {not_up}; \
+         generator CPU k6 {cpu_k6:.1} s, wrk {cpu_wrk:.1} s{}",
         end_s - start_s,
         match &wrk_summary {
             Some(w) => format!("k6 {k6_rps:.0} + wrk {:.0}", w.rate()),
@@ -253,6 +269,8 @@ pub fn run(a: Args) -> Result<()> {
     );
     let report = Report {
         generator: a.generator,
+        k6_cpu_s: cpu_k6,
+        wrk_cpu_s: cpu_wrk,
         rate: a.rate,
         load_start,
         load_end: loadavg(),

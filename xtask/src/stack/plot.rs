@@ -44,7 +44,7 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
         .map_err(|e| err(&e))?;
     rate.configure_mesh()
         .y_desc("offered req/s")
-        .x_desc("s")
+        .x_desc("seconds since the start of the run")
         .draw()
         .map_err(|e| err(&e))?;
     let mut lat = ChartBuilder::on(&bottom)
