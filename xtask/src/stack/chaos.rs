@@ -38,8 +38,10 @@ pub struct Args {
     /// The APIs killed, in order.
     #[arg(long, value_delimiter = ',', default_value = "api1,api2")]
     victims: Vec<String>,
+    /// Most failed requests allowed per kill.
     #[arg(long, default_value_t = 10)]
     max_failed: usize,
+    /// Longest time allowed from the victim's own /ready 200 to HAProxy sending it sessions.
     #[arg(long, default_value_t = 3000)]
     max_rotation_ms: u64,
     #[command(flatten)]

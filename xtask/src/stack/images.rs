@@ -21,9 +21,6 @@ pub struct Build {
     /// invalidated; CI may pass target/ to reuse the host build of faiss and the index packer).
     #[arg(long, env = "STACK_TARGET_DIR")]
     pub target_dir: Option<PathBuf>,
-    /// Build only this image.
-    #[arg(long, value_enum)]
-    pub only: Option<Image>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -33,13 +30,13 @@ pub enum Image {
 }
 
 /// Builds the images (both unless `--only`); returns their tags.
-pub fn build(args: &Build) -> Result<Vec<&'static str>> {
+pub fn build(args: &Build, only: Option<Image>) -> Result<Vec<&'static str>> {
     let mut built = Vec::new();
-    if args.only != Some(Image::Api) {
+    if only != Some(Image::Api) {
         haproxy()?;
         built.push("haproxy:2.6");
     }
-    if args.only != Some(Image::Haproxy) {
+    if only != Some(Image::Haproxy) {
         api(args
             .target_dir
             .clone()

@@ -63,7 +63,7 @@ impl Common {
     fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
         docker::require_tools(k6, wrk)?;
         if !self.no_build {
-            images::build(&self.images)?;
+            images::build(&self.images, None)?;
         }
         Ok(())
     }
@@ -74,8 +74,10 @@ struct Shape {
     /// `full`: the contest ramp (1 -> 900 req/s over 120 s); `smoke`: --rate for --seconds.
     #[arg(long, default_value = "full")]
     mode: String,
+    /// Requests per second of `--mode smoke`.
     #[arg(long, default_value_t = 200)]
     rate: u32,
+    /// Seconds of `--mode smoke`.
     #[arg(long, default_value_t = 15)]
     seconds: u32,
 }
@@ -96,7 +98,13 @@ impl Shape {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Build the API image and the HAProxy stand-in (no registry needed).
-    Images(images::Build),
+    Images {
+        #[command(flatten)]
+        build: images::Build,
+        /// Build only this image.
+        #[arg(long, value_enum)]
+        only: Option<images::Image>,
+    },
     /// Contest rules and least privilege (compose config; with --running also the live stack).
     Check {
         #[arg(long)]
@@ -138,9 +146,9 @@ enum Command {
 
 pub fn run(args: Args) -> Result<()> {
     match args.command {
-        Command::Images(a) => {
+        Command::Images { build, only } => {
             docker::info()?;
-            let built = images::build(&a)?;
+            let built = images::build(&build, only)?;
             verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running, overrides } => {

@@ -36,21 +36,28 @@ pub struct Args {
     /// The contest peak (req/s): k6's steady rate; the overload offers 3x this in all.
     #[arg(long, default_value_t = 900)]
     rate: u32,
+    /// Seconds at the peak rate before the overload.
     #[arg(long, default_value_t = 10)]
     before: u32,
+    /// Seconds of overload.
     #[arg(long, default_value_t = 10)]
     over: u32,
+    /// Seconds at the peak rate after the overload.
     #[arg(long, default_value_t = 15)]
     after: u32,
+    /// Who offers the overload.
     #[arg(long, value_enum, default_value = "wrk")]
     generator: Generator,
     /// wrk connections during the overload (each paced by --wrk-delay-ms).
     #[arg(long, default_value_t = 22)]
     wrk_connections: u32,
+    /// Pause of each wrk connection before each request.
     #[arg(long, default_value_t = 10)]
     wrk_delay_ms: u32,
+    /// The p99 (per one-second window) that counts as recovered.
     #[arg(long, default_value_t = 5.0)]
     max_p99_ms: f64,
+    /// Latest start of the first recovered window, in seconds after the overload.
     #[arg(long, default_value_t = 2.0)]
     recover_s: f64,
     #[command(flatten)]
