@@ -277,10 +277,102 @@ fn stand_in_image(rebuild: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_yaml::Value;
 
     #[test]
     fn template_defaults_are_read_despite_intrinsic_tags() {
         let d = defaults().unwrap();
         assert!(d.memory_mb >= 128 && d.timeout_s >= 1, "{d:?}");
+    }
+
+    fn resources() -> serde_yaml::Mapping {
+        let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+        let t: Value = serde_yaml::from_str(&text).unwrap();
+        t["Resources"].as_mapping().unwrap().clone()
+    }
+
+    fn text(v: &Value) -> String {
+        serde_yaml::to_string(v).unwrap()
+    }
+
+    #[test]
+    fn the_role_may_only_write_its_own_log_streams() {
+        let r = resources();
+        let roles: Vec<_> = r
+            .iter()
+            .filter(|(_, v)| v["Type"] == "AWS::IAM::Role")
+            .collect();
+        assert_eq!(roles.len(), 1);
+        let role = &roles[0].1["Properties"];
+        assert!(role.get("ManagedPolicyArns").is_none());
+        let policies = role["Policies"].as_sequence().unwrap();
+        assert_eq!(policies.len(), 1);
+        let statements = policies[0]["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .unwrap();
+        assert_eq!(statements.len(), 1);
+        let s = &statements[0];
+        assert_eq!(s["Effect"], "Allow");
+        let actions: Vec<&str> = s["Action"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(actions, ["logs:CreateLogStream", "logs:PutLogEvents"]);
+        // !GetAtt FraudScoreLogGroup.Arn: the group's streams, nothing else.
+        assert!(
+            text(&s["Resource"]).contains("FraudScoreLogGroup.Arn"),
+            "{:?}",
+            s["Resource"]
+        );
+        // The function uses this role (SAM would otherwise make its own, with a managed policy).
+        let function = &r[FUNCTION]["Properties"];
+        assert!(text(&function["Role"]).contains("FraudScoreRole.Arn"));
+        assert!(text(&function["LoggingConfig"]).contains("FraudScoreLogGroup"));
+        assert_eq!(function["LoggingConfig"]["LogFormat"], "JSON");
+    }
+
+    #[test]
+    fn one_bounded_public_endpoint_by_default() {
+        let text_of = |v: &Value| text(v);
+        let template: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(root().join("template.yaml")).unwrap())
+                .unwrap();
+        let params = &template["Parameters"];
+        assert_eq!(params["EnableHttpApi"]["Default"], "false");
+        assert_eq!(params["EnableAlarms"]["Default"], "false");
+        let reserved = params["ReservedConcurrency"]["Default"].as_u64().unwrap();
+        assert!((1..=10).contains(&reserved), "{reserved}");
+        let r = resources();
+        let conditional = |cond: &str| {
+            r.iter()
+                .filter(|(_, v)| v["Condition"] == cond)
+                .map(|(k, _)| k.as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        // Everything that makes a second endpoint or invokes the function from elsewhere is
+        // behind a condition; the Function URL is the only unconditional endpoint.
+        for (_, v) in r.iter() {
+            let kind = v["Type"].as_str().unwrap();
+            if kind.starts_with("AWS::ApiGateway") || kind == "AWS::Lambda::Permission" {
+                assert!(v.get("Condition").is_some(), "{v:?}");
+            }
+        }
+        assert_eq!(conditional("WithHttpApi").len(), 6);
+        assert_eq!(conditional("WithAlarms").len(), 3);
+        assert_eq!(conditional("PublicUrl").len(), 2);
+        let urls: Vec<_> = r
+            .iter()
+            .filter(|(_, v)| v["Type"] == "AWS::Lambda::Url")
+            .collect();
+        assert_eq!(urls.len(), 1);
+        assert!(text_of(&urls[0].1["Properties"]["AuthType"]).contains("FunctionUrlAuthType"));
+        let function = &r[FUNCTION]["Properties"];
+        assert!(function.get("Events").is_none() && function.get("FunctionUrlConfig").is_none());
+        assert!(text_of(&function["ReservedConcurrentExecutions"]).contains("ReservedConcurrency"));
+        let stage = &r["FraudScoreHttpApiStage"]["Properties"]["DefaultRouteSettings"];
+        assert!(text_of(&stage["ThrottlingBurstLimit"]).contains("HttpApiThrottlingBurstLimit"));
+        assert!(text_of(&stage["ThrottlingRateLimit"]).contains("HttpApiThrottlingRateLimit"));
     }
 }
