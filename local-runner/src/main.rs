@@ -1,7 +1,9 @@
 //! `local-runner`: the fraud scorer outside Lambda.
 //!
 //! - `verify FILE`: replay a contest test file through the handler and report accuracy and
-//!   latency (last line: one JSON object).
+//!   latency (last line: one JSON object). With `--neighbours`, compare the query vectors and
+//!   the 5 nearest references with the labeller crate instead (`neighbours.rs`).
+//! - `explain [FILE]`: one request's vector, 5 nearest references and decision (`explain.rs`).
 //! - `selftest`: open the index and answer one request (time the whole process with hyperfine
 //!   to get exec-to-ready).
 //! - `serve`: the handler over HTTP/1.1 on a Unix socket or TCP address (see `serve.rs`).
@@ -20,6 +22,10 @@ use local_runner::verify;
 use std::path::PathBuf;
 #[cfg(feature = "embedded-index")]
 use std::time::Instant;
+
+#[cfg(feature = "embedded-index")]
+mod explain;
+mod neighbours;
 
 #[derive(Parser)]
 #[command(version, about = "Runs the fraud-scoring handler outside Lambda")]
@@ -44,7 +50,16 @@ enum Command {
         #[cfg(feature = "embedded-index")]
         #[arg(long, default_value = "lazy")]
         residency: function::index::Residency,
+        /// Compare every payload's vector and 5 nearest references with the labeller (the
+        /// contest's brute force) instead of replaying the answers.
+        #[arg(long)]
+        neighbours: bool,
+        #[command(flatten)]
+        oracle: neighbours::Args,
     },
+    /// Explain one request: its vector, its 5 nearest references and the decision.
+    #[cfg(feature = "embedded-index")]
+    Explain(explain::Args),
     /// Open the embedded index, answer one request, and print the time from exec.
     #[cfg(feature = "embedded-index")]
     Selftest {
@@ -97,6 +112,8 @@ fn main() -> Result<()> {
             show,
             #[cfg(feature = "embedded-index")]
             residency,
+            neighbours,
+            oracle,
         } => {
             let owned;
             let idx = match &index {
@@ -120,6 +137,12 @@ fn main() -> Result<()> {
                 idx.lists.len(),
                 searcher.kernels_name()
             );
+            if neighbours {
+                let report = neighbours::run(&searcher, &file, &oracle, show)?;
+                neighbours::print(&report);
+                println!("{}", serde_json::to_string(&report)?);
+                return Ok(());
+            }
             let scorer = Scorer::new(searcher);
             let report = verify::run(
                 &scorer,
@@ -144,6 +167,8 @@ fn main() -> Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        #[cfg(feature = "embedded-index")]
+        Command::Explain(args) => explain::run(&function::embedded_scorer()?, &args),
         #[cfg(feature = "embedded-index")]
         Command::Selftest { prefault } => {
             let t = Instant::now();

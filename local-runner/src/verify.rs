@@ -5,6 +5,9 @@
 //! Each request's original JSON text is passed to [`Scorer::handle`] exactly as a client would
 //! send it; the response body is parsed back, so what is checked is what a client would see.
 //! Latency is the wall time of `handle` alone (parse + vectorize + search + response).
+//!
+//! `verify --neighbours` (the binary's `neighbours` module) reads the same files through
+//! [`read`] and compares neighbours with the labeller instead.
 
 use anyhow::{bail, Context, Result};
 use function::Scorer;
@@ -14,18 +17,22 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
+/// A file in the contest's test format.
 #[derive(Deserialize)]
-struct TestFile {
+pub struct TestFile {
+    /// SHA-256 of the references the answers were labelled against.
     #[serde(default)]
-    references_checksum_sha256: Option<String>,
-    entries: Vec<Entry>,
+    pub references_checksum_sha256: Option<String>,
+    pub entries: Vec<Entry>,
 }
 
+/// One payload and its labelled answer.
 #[derive(Deserialize)]
-struct Entry {
-    request: Box<RawValue>,
-    expected_approved: bool,
-    expected_fraud_score: f64,
+pub struct Entry {
+    /// The request body exactly as written in the file.
+    pub request: Box<RawValue>,
+    pub expected_approved: bool,
+    pub expected_fraud_score: f64,
 }
 
 #[derive(Deserialize)]
@@ -63,7 +70,7 @@ pub fn detection_score(n: u64, fp: u64, fn_: u64, errors: u64) -> f64 {
 }
 
 /// Reads a test file (gzip when it ends in .gz).
-fn read(path: &Path) -> Result<TestFile> {
+pub fn read(path: &Path) -> Result<TestFile> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut text = String::new();

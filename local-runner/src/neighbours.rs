@@ -1,0 +1,312 @@
+//! `verify --neighbours`: the scorer's query vector and 5 nearest references against the
+//! `labeller` crate (the contest's brute force transcribed from SPEC.md, sharing no code with
+//! the scorer), payload by payload.
+//!
+//! Queries come from up to three places:
+//! - the test file (every entry, or `--sample N` of them evenly spread over the file);
+//! - `--generated N` request bodies drawn from the contest generator's distributions
+//!   (`labeller::generate`, seeded by `--seed`), payloads no one has seen;
+//! - `--adversarial N` queries built from the references to hit the tie rules
+//!   (`labeller::adversarial`: copies of references, midpoints of close pairs, 5th/6th-place
+//!   ties, the closest pairs), compared at the vector level.
+//!
+//! For a body, the scorer's vector (`function::vector`) must equal the labeller's, component by
+//! component in units of 1e-4, or both must refuse the body. For every query, the 5 indices of
+//! [`Searcher::nearest`] must be the labeller's 5, in its order, and the fraud count of
+//! [`Searcher::frauds`] (the request path) the labeller's. The last line on stderr gives the
+//! number of queries compared, the differences and the wall time; stdout ends with the same as
+//! JSON ([`Report`]).
+
+use anyhow::{bail, Context, Result};
+use function::{payload, vector, Searcher};
+use labeller::adversarial::{self, Kind};
+use labeller::{scan, Query};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The options of `verify --neighbours`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The contest's references, read by the labeller (their SHA-256 is checked and must be
+    /// the one the index was built from).
+    #[arg(long, default_value = "resources/references.json.gz")]
+    pub references: PathBuf,
+    /// Compare only this many entries of the file, evenly spread (default: all).
+    #[arg(long)]
+    pub sample: Option<usize>,
+    /// Also compare this many generated payloads.
+    #[arg(long, default_value_t = 0)]
+    pub generated: usize,
+    /// Also compare this many adversarial queries.
+    #[arg(long, default_value_t = 0)]
+    pub adversarial: usize,
+    /// Seed of the generated payloads and of the adversarial anchors.
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+}
+
+/// The summary line; its keys are part of the interface.
+#[derive(Serialize, Debug, Default)]
+pub struct Report {
+    /// Queries whose neighbours were compared.
+    pub compared: u64,
+    pub public: u64,
+    pub generated: u64,
+    pub adversarial: u64,
+    /// Adversarial queries by kind.
+    pub adversarial_kinds: BTreeMap<&'static str, u64>,
+    /// Bodies both the scorer and the labeller refuse (nothing to compare).
+    pub refused_by_both: u64,
+    pub vector_differences: u64,
+    pub neighbour_differences: u64,
+    /// Queries where the fraud count differs (a different answer).
+    pub decision_differences: u64,
+    /// Compared queries whose 5th and 6th nearest references are at equal distance.
+    pub ties_across_fifth: u64,
+    /// Of those, the ones where the labeller's f64 distances put a later reference of the
+    /// file ahead of an earlier one (file order alone would answer differently).
+    pub ties_decided_by_f64: u64,
+    pub wall_s: f64,
+}
+
+/// Where a query came from, for messages.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Public(usize),
+    Generated(usize),
+    Adversarial(Kind, usize),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Source::Public(i) => write!(f, "entry {i}"),
+            Source::Generated(i) => write!(f, "generated payload {i}"),
+            Source::Adversarial(k, i) => write!(f, "adversarial query {i} ({})", k.name()),
+        }
+    }
+}
+
+/// A query both sides agree on: fixed point for the scorer, doubles for the labeller.
+struct Case {
+    source: Source,
+    fixed: [i16; 14],
+    real: Query,
+}
+
+/// Prints at most `limit` lines.
+struct Shown {
+    left: usize,
+}
+
+impl Shown {
+    fn line(&mut self, text: std::fmt::Arguments) {
+        if self.left > 0 {
+            eprintln!("  {text}");
+            self.left -= 1;
+        }
+    }
+}
+
+/// The labeller's vector in units of 1e-4 (its components are 4-decimal doubles).
+fn to_fixed(q: &Query) -> Option<[i16; 14]> {
+    let k = adversarial::fixed(q)?;
+    let mut out = [0i16; 14];
+    for (o, &x) in out.iter_mut().zip(&k) {
+        *o = i16::try_from(x).ok()?;
+    }
+    Some(out)
+}
+
+/// Compares the scorer's and the labeller's reading of one body.
+fn compare_body(
+    source: Source,
+    body: &[u8],
+    report: &mut Report,
+    shown: &mut Shown,
+    cases: &mut Vec<Case>,
+) {
+    let ours = payload::parse(body).and_then(|p| vector::vectorize(&p));
+    let theirs = labeller::payload::query(body);
+    match (ours, theirs) {
+        (Err(_), Err(_)) => report.refused_by_both += 1,
+        (Ok(k), Ok(q)) if to_fixed(&q) == Some(k) => cases.push(Case {
+            source,
+            fixed: k,
+            real: q,
+        }),
+        (ours, theirs) => {
+            report.vector_differences += 1;
+            shown.line(format_args!(
+                "{source}: scorer vector {ours:?}, labeller vector {theirs:?}"
+            ));
+        }
+    }
+}
+
+/// Runs the comparison; `file` is a test file, `show` the most differences printed.
+pub fn run(searcher: &Searcher, file: &Path, args: &Args, show: usize) -> Result<Report> {
+    let start = Instant::now();
+    let mut report = Report::default();
+    let mut shown = Shown { left: show };
+    let mut cases = Vec::new();
+
+    let test = local_runner::verify::read(file)?;
+    let total = test.entries.len();
+    let picked: Vec<usize> = match args.sample {
+        Some(n) if n < total => (0..n).map(|i| i * total / n).collect(),
+        _ => (0..total).collect(),
+    };
+    for &i in &picked {
+        let body = test.entries[i].request.get().as_bytes();
+        compare_body(Source::Public(i), body, &mut report, &mut shown, &mut cases);
+    }
+    report.public = picked.len() as u64;
+    for (i, body) in labeller::generate::payloads(args.generated, args.seed)
+        .iter()
+        .enumerate()
+    {
+        compare_body(
+            Source::Generated(i),
+            body.as_bytes(),
+            &mut report,
+            &mut shown,
+            &mut cases,
+        );
+    }
+    report.generated = args.generated as u64;
+
+    eprintln!("reading {} (labeller)", args.references.display());
+    let refs = labeller::references::read(&args.references, false)
+        .with_context(|| "the labeller needs the references the index was built from")?;
+    let index_sha = index_pack::format::hex(&searcher.index().header.source_sha256);
+    if refs.sha256 != index_sha {
+        bail!(
+            "{} has SHA-256 {}, the index was built from {index_sha}: their neighbours cannot be compared",
+            args.references.display(),
+            refs.sha256
+        );
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.adversarial > 0 {
+        let built = adversarial::queries(&refs, args.adversarial, args.seed, threads);
+        for (i, (kind, k)) in built.iter().enumerate() {
+            *report.adversarial_kinds.entry(kind.name()).or_default() += 1;
+            let fixed = k.map(|x| x as i16);
+            cases.push(Case {
+                source: Source::Adversarial(*kind, i),
+                fixed,
+                real: adversarial::real(k),
+            });
+        }
+        report.adversarial = built.len() as u64;
+        if built.len() < args.adversarial {
+            eprintln!(
+                "warning: only {} of {} adversarial queries could be built",
+                built.len(),
+                args.adversarial
+            );
+        }
+    }
+
+    eprintln!(
+        "labeller: {} queries against {} references on {threads} threads",
+        cases.len(),
+        refs.len()
+    );
+    let bar = indicatif::ProgressBar::new(cases.len() as u64);
+    let queries: Vec<Query> = cases.iter().map(|c| c.real).collect();
+    let oracle = scan::nearest_many(&refs, &queries, scan::K + 1, threads, &|n| {
+        bar.set_position(n as u64)
+    });
+    bar.finish_and_clear();
+
+    for (case, hits) in cases.iter().zip(&oracle) {
+        report.compared += 1;
+        let want: Vec<u32> = hits.iter().take(scan::K).map(|h| h.index).collect();
+        let got: Vec<u32> = searcher
+            .nearest(&case.fixed)
+            .iter()
+            .map(|n| n.index)
+            .collect();
+        if got != want {
+            report.neighbour_differences += 1;
+            shown.line(format_args!(
+                "{}: search {got:?}, labeller {want:?}",
+                case.source
+            ));
+        }
+        let frauds = hits.iter().take(scan::K).filter(|h| h.fraud).count();
+        if searcher.frauds(&case.fixed) != frauds {
+            report.decision_differences += 1;
+            shown.line(format_args!(
+                "{}: search counts {} frauds, labeller {frauds}",
+                case.source,
+                searcher.frauds(&case.fixed)
+            ));
+        }
+        let k = case.fixed.map(i64::from);
+        if adversarial::tie_across_fifth(&refs, &k, hits) {
+            report.ties_across_fifth += 1;
+            if hits[scan::K].index < hits[scan::K - 1].index {
+                report.ties_decided_by_f64 += 1;
+            }
+        }
+    }
+    report.wall_s = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The human summary (stderr), ending with the line the command promises.
+pub fn print(r: &Report) {
+    let kinds: Vec<String> = r
+        .adversarial_kinds
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    eprintln!(
+        "queries: {} from the file, {} generated, {} adversarial{}",
+        r.public,
+        r.generated,
+        r.adversarial,
+        if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", kinds.join(", "))
+        }
+    );
+    eprintln!(
+        "vectors: {} differences ({} bodies refused by both)",
+        r.vector_differences, r.refused_by_both
+    );
+    eprintln!(
+        "ties across 5th place: {} ({} decided by the f64 distances against the file order)",
+        r.ties_across_fifth, r.ties_decided_by_f64
+    );
+    eprintln!(
+        "compared {} queries: {} neighbour differences, {} decision differences, wall {:.1} s",
+        r.compared, r.neighbour_differences, r.decision_differences, r.wall_s
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_point_of_the_labellers_vector() {
+        let q = [
+            0.0041, 0.1667, 0.05, 0.7826, 0.3333, -1.0, -1.0, 0.0292, 0.15, 0.0, 1.0, 0.0, 0.15,
+            0.006,
+        ];
+        assert_eq!(
+            to_fixed(&q),
+            Some([41, 1667, 500, 7826, 3333, -10_000, -10_000, 292, 1500, 0, 10_000, 0, 1500, 60])
+        );
+        let mut odd = q;
+        odd[0] = 0.00415;
+        assert_eq!(to_fixed(&odd), None);
+    }
+}
