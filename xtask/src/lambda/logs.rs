@@ -77,6 +77,8 @@ impl Expected {
 pub struct Report {
     pub init: Option<Init>,
     pub failure_lines: usize,
+    /// JSON lines that are neither the init line nor a failure line.
+    pub unexpected_lines: usize,
     pub failed_requests: usize,
     pub bad_requests: usize,
     pub other_lines: usize,
@@ -138,9 +140,11 @@ pub fn check(log: &Log, statuses: &[u16], want: &Expected, prefault: bool) -> Re
                 }
                 logged.push(f.status);
             }
-            _ => r
-                .problems
-                .push(format!("unexpected line {} {:?}", line.level, line.fields)),
+            _ => {
+                r.unexpected_lines += 1;
+                r.problems
+                    .push(format!("unexpected line {} {:?}", line.level, line.fields));
+            }
         }
     }
     r.failure_lines = logged.len();

@@ -386,10 +386,11 @@ fn check_emulated(steps: &mut Steps, e: &mut Emulated, pkg: &Package, s: &Settin
         "logs",
         report.problems.is_empty(),
         format!(
-            "{init}; {} failure lines for {} failed requests ({} of them 400s), no line for the {} successful ones{}",
+            "{init}; {} failure lines for {} failed requests ({} of them 400s), {} lines for the {} successful ones{}",
             report.failure_lines,
             report.failed_requests,
             report.bad_requests,
+            report.unexpected_lines,
             e.statuses.len() - report.failed_requests,
             report.problems.first().map_or(String::new(), |p| format!("; PROBLEM: {p}"))
         ),
