@@ -302,7 +302,7 @@ mod tests {
     }
 
     /// The odd-but-valid rows of docs/HOSTILE.md, dimension by dimension (the same vectors
-    /// `local-runner/tests/hostile_labeller.py` computes from the spec).
+    /// `labeller` crate computes from the spec for local-runner/tests/data/hostile-valid.json).
     #[test]
     fn odd_values_follow_the_formulas() {
         let q = |b: String| vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
