@@ -301,8 +301,8 @@ mod tests {
         assert_eq!((q[0], q[2]), (10_000, 10_000));
     }
 
-    /// The odd-but-valid rows of docs/HOSTILE.md, dimension by dimension (the same vectors
-    /// `labeller` crate computes from the spec for local-runner/tests/data/hostile-valid.json).
+    /// The odd-but-valid rows of docs/HOSTILE.md, dimension by dimension (the same vectors the
+    /// `labeller` crate computes from the spec, recorded in local-runner/tests/data/hostile-valid.json).
     #[test]
     fn odd_values_follow_the_formulas() {
         let q = |b: String| vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
