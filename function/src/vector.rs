@@ -302,7 +302,7 @@ mod tests {
     }
 
     /// The odd-but-valid rows of docs/HOSTILE.md, dimension by dimension (the same vectors the
-    /// `labeller` crate computes from the spec, recorded in local-runner/tests/data/hostile-valid.json).
+    /// `labeller` crate computes from the spec; local-runner/tests/data/hostile-valid.json).
     #[test]
     fn odd_values_follow_the_formulas() {
         let q = |b: String| vectorize(&parse(b.as_bytes()).unwrap()).unwrap();
