@@ -1,8 +1,10 @@
-//! `cargo xtask stack chaos`: instance loss under load. k6 (`k6/resilience.js`, steady mode)
-//! sends the contest payloads through HAProxy at a constant rate (default 900 req/s, the contest
-//! peak; at least 600) for at least 30 s; each victim API in turn is killed with SIGKILL to its
-//! main process from the host (as a crash or an OOM kill would do), and Docker's
-//! `restart: unless-stopped` brings it back. A monitor thread samples HAProxy's stats, each API's
+//! `cargo xtask stack chaos`: instance loss under load. For each victim API in turn (api1, then
+//! api2), k6 (`k6/resilience.js`, steady mode) sends the contest payloads through HAProxy at a
+//! constant rate (default 900 req/s, the contest peak; at least 600) for at least 30 s, and 10 s
+//! into it the victim is killed with SIGKILL to its main process from the host (as a crash or an
+//! OOM kill would do); Docker's `restart: unless-stopped` brings it back. One k6 run per kill,
+//! so that each victim holds half of k6's keep-alive connections when it dies (mode tcp leaves
+//! them all on the survivor after a kill). A monitor thread samples HAProxy's stats, each API's
 //! own `/ready` on its socket and a `/ready` probe through HAProxy on a new connection every
 //! 100 ms (new connections are what reach a restarted server: k6 keeps its keep-alive ones).
 //!
@@ -26,16 +28,13 @@ pub struct Args {
     /// Requests per second offered through HAProxy (at least 600).
     #[arg(long, default_value_t = 900)]
     rate: u32,
-    /// Length of the load in seconds (at least 30).
-    #[arg(long, default_value_t = 40)]
+    /// Length of each victim's load in seconds (at least 30).
+    #[arg(long, default_value_t = 30)]
     seconds: u32,
-    /// Seconds of load before the first kill.
+    /// Seconds of load before the kill.
     #[arg(long, default_value_t = 10)]
     first_kill: u64,
-    /// Seconds between two kills.
-    #[arg(long, default_value_t = 15)]
-    between: u64,
-    /// The APIs killed, in order.
+    /// The APIs killed, in order, each under its own k6 run.
     #[arg(long, value_delimiter = ',', default_value = "api1,api2")]
     victims: Vec<String>,
     /// Most failed requests allowed per kill.
@@ -98,16 +97,17 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
             .position(|s| status(s) == "UP")
             .map(|i| d + i)
     });
-    // Sessions counted before UP (while out) and the first sample that shows a new one.
-    let (mut rotation, mut leak) = (None, None);
-    if let (Some(d), Some(u)) = (down, up) {
-        let last_out = stot(after[u.saturating_sub(1).max(d)]);
-        leak = Some(last_out.saturating_sub(stot(after[d])));
-        rotation = after[u..]
-            .iter()
-            .find(|s| stot(s) > last_out)
-            .map(|s| rel(s));
-    }
+    // Sessions HAProxy gave it while out (between DOWN and UP), and the first sample from its
+    // own /ready 200 on where it is UP and its session count grows (when HAProxy never marked it
+    // DOWN, that is the only sign that it serves again).
+    let leak = down
+        .zip(up)
+        .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
+    let rotation = back.and_then(|b| {
+        (b.max(1)..after.len())
+            .find(|&j| status(after[j]) == "UP" && stot(after[j]) > stot(after[j - 1]))
+            .map(|j| rel(after[j]))
+    });
     KillReport {
         victim: victim.to_string(),
         at_ms: t_kill,
@@ -151,7 +151,7 @@ struct Report {
     overrides: Vec<String>,
     load_start: String,
     load_end: String,
-    summary: ResilienceSummary,
+    summaries: Vec<ResilienceSummary>,
     kills: Vec<KillReport>,
     unexplained_failures: Vec<Failure>,
     problems: Vec<String>,
@@ -186,29 +186,32 @@ pub fn run(a: Args) -> Result<()> {
         a.seconds,
         a.victims
     );
-    let log = base.with_extension("k6.log");
-    let summary_path = base.with_extension("k6.json");
-    let env = [
-        ("MODE", "steady".to_string()),
-        ("RATE", a.rate.to_string()),
-        ("DURATION", a.seconds.to_string()),
-        ("LOG_FAILURES", "1".to_string()),
-    ];
-    let child = k6::spawn(&mut k6::command(
-        "resilience.js",
-        &env,
-        &summary_path,
-        &log,
-    )?)?;
-    // The kills count from the first requests (k6 first loads the test set for a few seconds).
-    let t_traffic = wait_traffic(&compose)?;
-    let mut kills = Vec::new();
-    for (i, victim) in a.victims.iter().enumerate() {
-        let at = t_traffic + (a.first_kill + i as u64 * a.between) * 1000;
-        std::thread::sleep(Duration::from_millis(at.saturating_sub(now_ms())));
-        if let Err(e) = wait_all_up(&compose, Duration::from_secs(10)) {
+    // One k6 run per kill, so that each victim holds half of k6's connections when it dies (after
+    // a kill, mode tcp leaves every keep-alive connection on the survivor).
+    let (mut kills, mut reports, mut summaries, mut unexplained) = (vec![], vec![], vec![], vec![]);
+    for victim in &a.victims {
+        if let Err(e) = wait_all_up(&compose, Duration::from_secs(15)) {
             problems.push(format!("before killing {victim}: {e:#}"));
         }
+        let log = base.with_extension(format!("{victim}.k6.log"));
+        let summary_path = base.with_extension(format!("{victim}.k6.json"));
+        let env = [
+            ("MODE", "steady".to_string()),
+            ("RATE", a.rate.to_string()),
+            ("DURATION", a.seconds.to_string()),
+            ("LOG_FAILURES", "1".to_string()),
+        ];
+        let child = k6::spawn(&mut k6::command(
+            "resilience.js",
+            &env,
+            &summary_path,
+            &log,
+        )?)?;
+        // The kill counts from the first requests (k6 first loads the test set for a few seconds).
+        let t_traffic = wait_traffic(&compose)?;
+        std::thread::sleep(Duration::from_millis(
+            (t_traffic + a.first_kill * 1000).saturating_sub(now_ms()),
+        ));
         let pid = inspect(&compose.id(victim)?)?.state.pid;
         let t = now_ms();
         nix::sys::signal::kill(
@@ -220,18 +223,28 @@ pub fn run(a: Args) -> Result<()> {
             (t - t_traffic) as f64 / 1000.0
         );
         kills.push(t);
+        let status = k6::wait(child)?;
+        if !status.success() {
+            problems.push(format!("k6 exited {status}"));
+        }
+        let (per_kill, before) = attribute(&[t], &k6::failures(&std::fs::read_to_string(&log)?));
+        unexplained.extend(before);
+        reports.push(per_kill);
+        summaries.push(k6::read_summary::<ResilienceSummary>(&summary_path)?);
     }
-    let status = k6::wait(child)?;
     std::thread::sleep(Duration::from_secs(1));
     let samples = monitor.stop();
-    let summary: ResilienceSummary = k6::read_summary(&summary_path)?;
-    let (per_kill, unexplained) = attribute(&kills, &k6::failures(&std::fs::read_to_string(&log)?));
-    let mut reports = Vec::new();
-    for (i, victim) in a.victims.iter().enumerate() {
-        let mut r = analyse(victim, kills[i], &samples, &per_kill[i]);
-        r.restarts = inspect(&compose.id(victim)?)?.restart_count - restarts_before[i];
-        reports.push(r);
-    }
+    let reports: Vec<KillReport> = a
+        .victims
+        .iter()
+        .zip(reports)
+        .enumerate()
+        .map(|(i, (victim, mut failed))| {
+            let mut r = analyse(victim, kills[i], &samples, &failed.remove(0));
+            r.restarts = inspect(&compose.id(victim)?)?.restart_count - restarts_before[i];
+            Ok(r)
+        })
+        .collect::<Result<_>>()?;
     drop(guard);
     for r in &reports {
         crate::log!("  {r:?}");
@@ -262,26 +275,27 @@ pub fn run(a: Args) -> Result<()> {
             unexplained.len()
         ));
     }
-    if summary.answers.fp + summary.answers.fn_ > 0 {
-        problems.push(format!(
-            "FP {} FN {}",
-            summary.answers.fp, summary.answers.fn_
-        ));
+    let (fp, fn_) = summaries
+        .iter()
+        .fold((0, 0), |(p, n), s| (p + s.answers.fp, n + s.answers.fn_));
+    if fp + fn_ > 0 {
+        problems.push(format!("FP {fp} FN {fn_}"));
     }
-    if !status.success() {
-        problems.push(format!("k6 exited {status}"));
-    }
+    let requests: u64 = summaries.iter().map(|s| s.requests).sum();
+    let p99 = summaries
+        .iter()
+        .filter_map(|s| s.latency_ms.as_ref().map(|l| l.p99))
+        .fold(0.0, f64::max);
     let list =
         |f: &dyn Fn(&KillReport) -> String| reports.iter().map(f).collect::<Vec<_>>().join(", ");
     let ms = |v: Option<u64>| v.map_or("never".to_string(), |v| format!("{v}"));
     let figures = format!(
-        "{} kills at {} req/s for {} s ({} requests): failed per kill {} (max {}), unexplained {}; \
+        "{} kills, each in its own {} s at {} req/s ({requests} requests in all): failed per kill {} (max {}), unexplained {}; \
          marked DOWN {} ms after the kill; own /ready 200 {} ms after the kill; in rotation {} ms after /ready 200 (max {}); \
-         FP {} FN {}, p99 {:.2} ms{}",
+         FP {fp} FN {fn_}, p99 up to {p99:.2} ms{}",
         reports.len(),
-        a.rate,
         a.seconds,
-        summary.requests,
+        a.rate,
         list(&|r| r.failed.to_string()),
         a.max_failed,
         unexplained.len(),
@@ -289,9 +303,6 @@ pub fn run(a: Args) -> Result<()> {
         list(&|r| ms(r.ready_ms)),
         list(&|r| ms(r.rotation_after_ready())),
         a.max_rotation_ms,
-        summary.answers.fp,
-        summary.answers.fn_,
-        summary.latency_ms.as_ref().map_or(0.0, |l| l.p99),
         if problems.is_empty() { String::new() } else { format!("; problems: {}", problems.join("; ")) }
     );
     let report = Report {
@@ -305,7 +316,7 @@ pub fn run(a: Args) -> Result<()> {
             .collect(),
         load_start,
         load_end: loadavg(),
-        summary,
+        summaries,
         kills: reports,
         unexplained_failures: unexplained,
         problems: problems.clone(),
@@ -355,6 +366,20 @@ mod tests {
         assert_eq!(r.rotation_ms, Some(1200));
         assert_eq!(r.rotation_after_ready(), Some(500));
         assert_eq!(r.sessions_while_out, Some(0));
+    }
+
+    #[test]
+    fn back_without_ever_being_marked_down() {
+        let samples = vec![
+            sample(1000, "UP", 10, "refused"),
+            sample(1500, "UP", 12, "200"),
+            sample(1600, "UP", 12, "200"),
+            sample(1700, "UP", 13, "200"),
+        ];
+        let r = analyse("api1", 1000, &samples, &[]);
+        assert_eq!(r.down_ms, None);
+        assert_eq!(r.ready_ms, Some(500));
+        assert_eq!(r.rotation_after_ready(), Some(200));
     }
 
     #[test]
