@@ -104,7 +104,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
         .zip(up)
         .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
     let rotation = back.and_then(|b| {
-        (b.max(1)..after.len())
+        (b + 1..after.len())
             .find(|&j| status(after[j]) == "UP" && stot(after[j]) > stot(after[j - 1]))
             .map(|j| rel(after[j]))
     });
