@@ -235,6 +235,8 @@ fn drop_caches() -> Result<()> {
     Ok(())
 }
 
+// `len() % 2` rather than `is_multiple_of` (Rust 1.87): the workspace builds with 1.85.
+#[allow(clippy::manual_is_multiple_of)]
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.len() % 2 == 0 && !v.is_empty() {
