@@ -208,7 +208,8 @@ pub fn queries(refs: &References, n: usize, seed: u64, threads: usize) -> Vec<(K
     // Ties: move each anchor along one or two components so that its 5th and 6th neighbours
     // become equidistant (smallest moves first); keep the ones where the tie holds at the new
     // point.
-    let mut candidates: Vec<[i64; DIMS]> = Vec::new();
+    // (rank of the move for its anchor, query): every anchor's smallest move comes first.
+    let mut candidates: Vec<(usize, [i64; DIMS])> = Vec::new();
     for ((_, a), hits) in anchors.iter().zip(&near) {
         if hits.len() <= scan::K {
             continue;
@@ -221,14 +222,16 @@ pub fn queries(refs: &References, n: usize, seed: u64, threads: usize) -> Vec<(K
         };
         let mut moves = tie_moves(a, &r5, &r6);
         moves.sort_by_key(|m| m.iter().map(|&(s, _)| s * s).sum::<i64>());
-        for m in moves.iter().take(TIE_TRIES) {
+        for (rank, m) in moves.iter().take(TIE_TRIES).enumerate() {
             let mut q = *a;
             for &(s, j) in m {
                 q[j] += s;
             }
-            candidates.push(q);
+            candidates.push((rank, q));
         }
     }
+    candidates.sort_by_key(|&(rank, _)| rank);
+    let candidates: Vec<[i64; DIMS]> = candidates.into_iter().map(|(_, q)| q).collect();
     let cq: Vec<Query> = candidates.iter().map(real).collect();
     let checked = scan::nearest_many(refs, &cq, scan::MAX_K, threads, &|_| {});
     out.extend(
