@@ -44,7 +44,7 @@ enum Mode {
     Prefault,
 }
 
-/// One start.
+/// One start, or the medians of a mode's starts.
 #[derive(Clone, Debug, Serialize)]
 struct Start {
     mode: Mode,
@@ -58,6 +58,9 @@ struct Start {
     duration_sum_ms: [f64; 3],
     /// Client round trips summed over the first 1, 10 and N queries.
     rtt_sum_ms: [f64; 3],
+    /// Init plus the first N queries' Duration: what a cold environment spends before its N-th
+    /// answer.
+    init_plus_n_ms: f64,
     /// The same N queries again, page cache warm: Duration sum.
     warm_duration_sum_ms: f64,
     /// Bootstrap RSS after the queries (file-backed = index pages touched).
@@ -66,18 +69,8 @@ struct Start {
 
 #[derive(Serialize)]
 struct Summary {
-    mode: Mode,
     starts: usize,
-    init_report_ms: f64,
-    bootstrap_init_ms: f64,
-    first_invoke_ms: f64,
-    duration_sum_ms: [f64; 3],
-    rtt_sum_ms: [f64; 3],
-    warm_duration_sum_ms: f64,
-    /// Init plus the first N queries' Duration: what a cold environment spends before its N-th
-    /// answer.
-    init_plus_n_ms: f64,
-    rss_file_mb: f64,
+    median: Start,
 }
 
 #[derive(Serialize)]
@@ -172,6 +165,7 @@ pub fn run(a: Args) -> Result<()> {
                 first_invoke_ms: ms(first),
                 duration_sum_ms: sums(cold),
                 rtt_sum_ms: sums(&rtts[..n]),
+                init_plus_n_ms: log.init_report_ms.unwrap_or(f64::NAN) + cold.iter().sum::<f64>(),
                 warm_duration_sum_ms: log.durations_ms[n + 1..].iter().sum(),
                 rss_file_mb,
             };
@@ -207,7 +201,7 @@ pub fn run(a: Args) -> Result<()> {
         std::fs::write(path, &table)?;
         crate::log!("wrote {}", path.display());
     }
-    let (l, p) = (&batch.summary[0], &batch.summary[1]);
+    let (l, p) = (&batch.summary[0].median, &batch.summary[1].median);
     let figures = format!(
         "{} starts per mode, medians lazy/prefault: init {:.1}/{:.1} ms, first query {:.2}/{:.2} ms, first 10 {:.1}/{:.1} ms, first {} {:.1}/{:.1} ms, init + first {} {:.1}/{:.1} ms; {:.0} s",
         a.starts,
@@ -250,16 +244,18 @@ fn summarize(mode: Mode, starts: &[Start]) -> Summary {
     let of: Vec<&Start> = starts.iter().filter(|s| s.mode == mode).collect();
     let med = |f: &dyn Fn(&Start) -> f64| median(of.iter().map(|s| f(s)).collect());
     Summary {
-        mode,
         starts: of.len(),
-        init_report_ms: med(&|s| s.init_report_ms),
-        bootstrap_init_ms: med(&|s| s.bootstrap_init_ms),
-        first_invoke_ms: med(&|s| s.first_invoke_ms),
-        duration_sum_ms: [0, 1, 2].map(|k| med(&|s| s.duration_sum_ms[k])),
-        rtt_sum_ms: [0, 1, 2].map(|k| med(&|s| s.rtt_sum_ms[k])),
-        warm_duration_sum_ms: med(&|s| s.warm_duration_sum_ms),
-        init_plus_n_ms: med(&|s| s.init_report_ms + s.duration_sum_ms[2]),
-        rss_file_mb: med(&|s| s.rss_file_mb),
+        median: Start {
+            mode,
+            init_report_ms: med(&|s| s.init_report_ms),
+            bootstrap_init_ms: med(&|s| s.bootstrap_init_ms),
+            first_invoke_ms: med(&|s| s.first_invoke_ms),
+            duration_sum_ms: [0, 1, 2].map(|k| med(&|s| s.duration_sum_ms[k])),
+            rtt_sum_ms: [0, 1, 2].map(|k| med(&|s| s.rtt_sum_ms[k])),
+            init_plus_n_ms: med(&|s| s.init_plus_n_ms),
+            warm_duration_sum_ms: med(&|s| s.warm_duration_sum_ms),
+            rss_file_mb: med(&|s| s.rss_file_mb),
+        },
     }
 }
 
@@ -274,7 +270,7 @@ fn markdown(b: &Batch) -> String {
     );
     let _ = writeln!(s, "| mode | init (INIT REPORT) | bootstrap init | first invocation round trip | first query | first 10 | first {n} | init + first {n} | same {n} warm | index pages resident |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
-    for m in &b.summary {
+    for m in b.summary.iter().map(|m| &m.median) {
         let _ = writeln!(
             s,
             "| {:?} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} MB |",

@@ -387,60 +387,34 @@ fn generate() -> Result<BTreeMap<String, Vec<u8>>> {
         );
     }
 
-    let mut expected = vec!["event\tstatus\tbody".to_string()];
-    for source in super::events::SOURCES {
-        for (name, req, status, answer) in [
-            (
-                "legit",
-                Req::new("POST", "/fraud-score", Some(LEGIT)),
-                200,
-                OK_LEGIT,
-            ),
-            (
-                "fraud",
-                Req::new("POST", "/fraud-score", Some(FRAUD)),
-                200,
-                OK_FRAUD,
-            ),
-            (
-                "null-last",
-                Req::new("POST", "/fraud-score", Some(NULL_LAST)),
-                200,
-                OK_FRAUD,
-            ),
-            (
-                "malformed",
-                Req::new("POST", "/fraud-score", Some(MALFORMED)),
-                400,
-                "error",
-            ),
-            ("ready", Req::new("GET", "/ready", None), 200, READY),
-        ] {
-            let file = format!("{source}/{name}.json");
-            files.insert(file.clone(), event(source, &req)?.into_bytes());
-            expected.push(format!("{file}\t{status}\t{answer}"));
-        }
-    }
+    // Each source: the scored bodies, then GET /ready; apigw-v2 also: base64, wrong method,
+    // unknown path.
+    let scored = [
+        ("legit", LEGIT, 200, OK_LEGIT),
+        ("fraud", FRAUD, 200, OK_FRAUD),
+        ("null-last", NULL_LAST, 200, OK_FRAUD),
+        ("malformed", MALFORMED, 400, "error"),
+    ];
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut base64_legit = Req::new("POST", "/fraud-score", Some(&b64.encode(LEGIT)));
     base64_legit.base64 = true;
-    for (name, req, status, answer) in [
-        ("base64", base64_legit, 200, OK_LEGIT),
-        (
-            "wrong-method",
-            Req::new("GET", "/fraud-score", None),
-            405,
-            "error",
-        ),
-        (
-            "not-found",
-            Req::new("POST", "/score", Some(LEGIT)),
-            404,
-            "error",
-        ),
-    ] {
-        let file = format!("apigw-v2/{name}.json");
-        files.insert(file.clone(), event("apigw-v2", &req)?.into_bytes());
+    let mut cases = Vec::new();
+    for source in super::events::SOURCES {
+        for (name, body, status, answer) in scored {
+            let req = Req::new("POST", "/fraud-score", Some(body));
+            cases.push((source, name, req, status, answer));
+        }
+        cases.push((source, "ready", Req::new("GET", "/ready", None), 200, READY));
+    }
+    cases.push(("apigw-v2", "base64", base64_legit, 200, OK_LEGIT));
+    let wrong_method = Req::new("GET", "/fraud-score", None);
+    cases.push(("apigw-v2", "wrong-method", wrong_method, 405, "error"));
+    let not_found = Req::new("POST", "/score", Some(LEGIT));
+    cases.push(("apigw-v2", "not-found", not_found, 404, "error"));
+    let mut expected = vec!["event\tstatus\tbody".to_string()];
+    for (source, name, req, status, answer) in cases {
+        let file = format!("{source}/{name}.json");
+        files.insert(file.clone(), event(source, &req)?.into_bytes());
         expected.push(format!("{file}\t{status}\t{answer}"));
     }
     files.insert(
