@@ -55,19 +55,15 @@ struct Labelled<'a> {
     vector: Vec<f64>,
     neighbours: Vec<u32>,
     frauds: usize,
-    expected: &'static str,
+    expected: String,
 }
 
-/// The six possible response bodies, by number of frauds among the 5 neighbours
-/// (fraud_score = frauds / 5, approved = fraud_score < 0.6).
-const BODIES: [&str; 6] = [
-    r#"{"approved":true,"fraud_score":0.0}"#,
-    r#"{"approved":true,"fraud_score":0.2}"#,
-    r#"{"approved":true,"fraud_score":0.4}"#,
-    r#"{"approved":false,"fraud_score":0.6}"#,
-    r#"{"approved":false,"fraud_score":0.8}"#,
-    r#"{"approved":false,"fraud_score":1.0}"#,
-];
+/// The response body for a number of frauds among the 5 neighbours, by SPEC.md's rule:
+/// fraud_score = frauds / 5, approved = fraud_score < 0.6.
+fn body(frauds: usize) -> String {
+    let score = frauds as f64 / scan::K as f64;
+    format!(r#"{{"approved":{},"fraud_score":{score:.1}}}"#, score < 0.6)
+}
 
 fn main() -> Result<()> {
     match Cli::parse().command {
@@ -105,7 +101,7 @@ fn relabel(file: &Path, refs_path: &Path, check: bool) -> Result<()> {
                 vector: q.to_vec(),
                 neighbours: h.iter().map(|h| h.index).collect(),
                 frauds,
-                expected: BODIES[frauds],
+                expected: body(frauds),
             }
         })
         .collect();

@@ -132,13 +132,13 @@ pub fn parse(source: impl Read) -> Result<References, ScanError> {
         return Err(s.error("unexpected text after the array"));
     }
     // `peek` returned None: the last buffer was hashed by the refill that found the end.
-    refs.sha256 = s
-        .hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    refs.sha256 = hex(&s.hasher.finalize());
     Ok(refs)
+}
+
+/// Lower-case hex of a digest.
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A byte scanner over a reader that hashes every byte it reads.
@@ -361,11 +361,7 @@ mod tests {
         assert_eq!(r.rows[0][5], -1.0);
         assert_eq!(r.rows[1][2], 0.5);
         assert_eq!(r.fraud, vec![false, true]);
-        let want: String = Sha256::digest(TWO.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(r.sha256, want);
+        assert_eq!(r.sha256, hex(&Sha256::digest(TWO.as_bytes())));
     }
 
     #[test]
@@ -376,11 +372,7 @@ mod tests {
         let r = parse_str(&text).unwrap();
         assert_eq!(r.len(), 30_000);
         assert!(r.rows.iter().all(|v| v[0] == 0.1234 && v[13] == 0.0416));
-        let want: String = Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(r.sha256, want);
+        assert_eq!(r.sha256, hex(&Sha256::digest(text.as_bytes())));
     }
 
     #[test]

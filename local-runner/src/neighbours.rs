@@ -297,16 +297,17 @@ mod tests {
 
     #[test]
     fn fixed_point_of_the_labellers_vector() {
-        let q = [
-            0.0041, 0.1667, 0.05, 0.7826, 0.3333, -1.0, -1.0, 0.0292, 0.15, 0.0, 1.0, 0.0, 0.15,
-            0.006,
-        ];
-        assert_eq!(
-            to_fixed(&q),
-            Some([41, 1667, 500, 7826, 3333, -10_000, -10_000, 292, 1500, 0, 10_000, 0, 1500, 60])
-        );
-        let mut odd = q;
-        odd[0] = 0.00415;
-        assert_eq!(to_fixed(&odd), None);
+        let mut q = [0.5; 14];
+        q[5] = -1.0;
+        q[13] = 0.0001;
+        let mut want = [5_000; 14];
+        want[5] = -10_000;
+        want[13] = 1;
+        assert_eq!(to_fixed(&q), Some(want));
+        // Not a 4-decimal value, or out of the i16 range: no fixed point.
+        q[0] = 0.00415;
+        assert_eq!(to_fixed(&q), None);
+        q[0] = 4.0;
+        assert_eq!(to_fixed(&q), None);
     }
 }
