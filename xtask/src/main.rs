@@ -8,7 +8,7 @@
 //! | command | what it does |
 //! |---|---|
 //! | `ci` | what `.ci/run` runs after setup: formatting, lints, tests and every gate below |
-//! | `verify` | the public test set through the handler (and, with `--neighbours`, against the oracle) |
+//! | `verify` | the public test set through the handler; vectors and 5 neighbours against the labeller crate |
 //! | `lambda` | the Lambda binary under AWS's emulator, and the `sam build` path |
 //! | `stack ...` | the contest stack in docker compose: images, replica runs, floor, bound, gates |
 //! | `fuzz` | the cargo-fuzz targets under AddressSanitizer |
@@ -39,7 +39,8 @@ struct Cli {
 enum Command {
     /// Everything CI checks (after scripts/setup.sh): fmt, clippy, tests and every gate.
     Ci(ci::Args),
-    /// Replay the public test set through the handler; fail on any difference from the labels.
+    /// The public test set through the handler (every answer exact), then vectors and 5 neighbours
+    /// against the labeller crate (public, generated and adversarial queries; 0 differences).
     Verify(verify::Args),
     /// The Lambda function: emulator run of the sample events and the replay, `sam build`.
     Lambda(lambda::Args),
