@@ -31,19 +31,23 @@ use std::time::Instant;
 pub struct Args {
     /// The contest's references, read by the labeller (their SHA-256 is checked and must be
     /// the one the index was built from).
-    #[arg(long, default_value = "resources/references.json.gz")]
+    #[arg(
+        long,
+        requires = "neighbours",
+        default_value = "resources/references.json.gz"
+    )]
     pub references: PathBuf,
     /// Compare only this many entries of the file, evenly spread (default: all).
-    #[arg(long)]
+    #[arg(long, requires = "neighbours")]
     pub sample: Option<usize>,
     /// Also compare this many generated payloads.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, requires = "neighbours", default_value_t = 0)]
     pub generated: usize,
     /// Also compare this many adversarial queries.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, requires = "neighbours", default_value_t = 0)]
     pub adversarial: usize,
     /// Seed of the generated payloads and of the adversarial anchors.
-    #[arg(long, default_value_t = 2026)]
+    #[arg(long, requires = "neighbours", default_value_t = 2026)]
     pub seed: u64,
 }
 
