@@ -3,7 +3,7 @@
 //! per request per container = cgroup CPU over the run / requests), the medians per configuration,
 //! and a chart of the per-second offered rate and p50/p99 (plot.rs). Written to
 //! target/xtask/stack/<time>-batch.{md,svg,json}; `--publish` also writes
-//! docs/results/<date>-stack-batch.{md,svg}.
+//! docs/results/<date>-stack-batch[-N].{md,svg} (the first free name).
 //!
 //! A configuration is `NAME` or `NAME=FILE[,FILE...]`: `floor` is HAProxy answering by itself
 //! (docker/compose.floor.yml + FILEs); any other name is the contest stack with FILEs as compose
@@ -31,7 +31,7 @@ pub struct Args {
     /// NAME or NAME=FILE[,FILE...] (repeatable; order kept). Default: floor, bound, stack.
     #[arg(long = "config")]
     configs: Vec<String>,
-    /// Also write docs/results/<date>-stack-batch.{md,svg}.
+    /// Also write docs/results/<date>-stack-batch[-N].{md,svg}.
     #[arg(long)]
     publish: bool,
     #[command(flatten)]
@@ -250,7 +250,16 @@ pub fn run(a: Args) -> Result<()> {
     let table = tables(&configs, &runs);
     println!("{table}");
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let svg_name = format!("{}-stack-batch.svg", utc_date());
+    // docs/results/<date>-stack-batch[-N]: one pair of files per batch, never overwritten.
+    let results = root().join("docs/results");
+    let stem = (1..)
+        .map(|n| match n {
+            1 => format!("{}-stack-batch", utc_date()),
+            n => format!("{}-stack-batch-{n}", utc_date()),
+        })
+        .find(|s| !results.join(format!("{s}.md")).exists())
+        .unwrap_or_default();
+    let svg_name = format!("{stem}.svg");
     let md = format!(
         "# Contest stack batch, {stamp}\n\n\
          Command: `cargo xtask stack {}`  \n\
@@ -279,14 +288,10 @@ pub fn run(a: Args) -> Result<()> {
         })? + "\n",
     )?;
     if a.publish {
-        let dir = root().join("docs/results");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join(format!("{}-stack-batch.md", utc_date())), &md)?;
-        std::fs::copy(base.with_extension("svg"), dir.join(&svg_name))?;
-        crate::log!(
-            "published docs/results/{}-stack-batch.md and {svg_name}",
-            utc_date()
-        );
+        std::fs::create_dir_all(&results)?;
+        std::fs::write(results.join(format!("{stem}.md")), &md)?;
+        std::fs::copy(base.with_extension("svg"), results.join(&svg_name))?;
+        crate::log!("published docs/results/{stem}.md and {svg_name}");
     }
     let problems: Vec<String> = runs
         .iter()
