@@ -158,6 +158,9 @@ struct Report {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if !super::gate_may_run("stack chaos")? {
+        return Ok(());
+    }
     if a.rate < 600 || a.seconds < 30 {
         bail!("the instance-loss gate needs at least 600 req/s for at least 30 s");
     }

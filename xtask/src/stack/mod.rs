@@ -208,19 +208,28 @@ fn run_figures(r: &run::LoadRun) -> String {
     )
 }
 
-fn smoke(rate: u32, seconds: u32, common: &Common) -> Result<()> {
+/// What every gate does first: `FRAUD_SKIP_STACK=1` skips it, loudly (Ok(false)); otherwise an
+/// unusable Docker is a failed verdict.
+pub fn gate_may_run(name: &str) -> Result<bool> {
     if std::env::var("FRAUD_SKIP_STACK").is_ok_and(|v| v == "1") {
         for _ in 0..3 {
             eprintln!(
                 "WARNING: FRAUD_SKIP_STACK=1: the contest stack is NOT tested (CI never sets this)"
             );
         }
-        println!("stack smoke: SKIPPED (FRAUD_SKIP_STACK=1, no stack test ran)");
-        return Ok(());
+        println!("{name}: SKIPPED (FRAUD_SKIP_STACK=1, no stack test ran)");
+        return Ok(false);
     }
     if let Err(e) = docker::info() {
         let figures = format!("Docker not usable: {e:#} (FRAUD_SKIP_STACK=1 skips this gate)");
-        return verdict("stack smoke", false, &figures, &());
+        verdict(name, false, &figures, &())?;
+    }
+    Ok(true)
+}
+
+fn smoke(rate: u32, seconds: u32, common: &Common) -> Result<()> {
+    if !gate_may_run("stack smoke")? {
+        return Ok(());
     }
     let t = std::time::Instant::now();
     common.prepare(true, false)?;

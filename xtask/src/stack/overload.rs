@@ -124,6 +124,9 @@ struct Report {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if !super::gate_may_run("stack overload")? {
+        return Ok(());
+    }
     a.common.prepare(true, a.generator == Generator::Wrk)?;
     // Written before the run, so that wrk starts at once when the overload is due.
     let bodies = wrk::bodies(400)?;
