@@ -350,18 +350,25 @@ mod tests {
         s
     }
 
+    /// Samples of api1 from (time, HAProxy status, sessions, own /ready) rows.
+    fn samples(rows: &[(u64, &str, u64, &str)]) -> Vec<Sample> {
+        rows.iter()
+            .map(|&(t, st, n, r)| sample(t, st, n, r))
+            .collect()
+    }
+
     #[test]
     fn a_kill_and_its_return() {
-        let samples = vec![
-            sample(900, "UP", 50, "200"),
-            sample(1000, "UP", 50, "200"),
-            sample(1100, "DOWN", 50, "refused"),
-            sample(1500, "DOWN", 50, "503"),
-            sample(1700, "DOWN", 50, "200"),
-            sample(1900, "DOWN 1/2", 50, "200"),
-            sample(2100, "UP", 50, "200"),
-            sample(2200, "UP", 51, "200"),
-        ];
+        let samples = samples(&[
+            (900, "UP", 50, "200"),
+            (1000, "UP", 50, "200"),
+            (1100, "DOWN", 50, "refused"),
+            (1500, "DOWN", 50, "503"),
+            (1700, "DOWN", 50, "200"),
+            (1900, "DOWN 1/2", 50, "200"),
+            (2100, "UP", 50, "200"),
+            (2200, "UP", 51, "200"),
+        ]);
         let r = analyse("api1", 1000, &samples, &[]);
         assert_eq!(r.down_ms, Some(100));
         assert_eq!(r.ready_ms, Some(700));
@@ -373,12 +380,12 @@ mod tests {
 
     #[test]
     fn back_without_ever_being_marked_down() {
-        let samples = vec![
-            sample(1000, "UP", 10, "refused"),
-            sample(1500, "UP", 12, "200"),
-            sample(1600, "UP", 12, "200"),
-            sample(1700, "UP", 13, "200"),
-        ];
+        let samples = samples(&[
+            (1000, "UP", 10, "refused"),
+            (1500, "UP", 12, "200"),
+            (1600, "UP", 12, "200"),
+            (1700, "UP", 13, "200"),
+        ]);
         let r = analyse("api1", 1000, &samples, &[]);
         assert_eq!(r.down_ms, None);
         assert_eq!(r.ready_ms, Some(500));
@@ -387,10 +394,7 @@ mod tests {
 
     #[test]
     fn never_back() {
-        let samples = vec![
-            sample(1000, "DOWN", 5, "refused"),
-            sample(1100, "DOWN", 5, "200"),
-        ];
+        let samples = samples(&[(1000, "DOWN", 5, "refused"), (1100, "DOWN", 5, "200")]);
         let r = analyse("api1", 1000, &samples, &[]);
         assert_eq!(r.ready_ms, Some(100));
         assert_eq!(r.rotation_after_ready(), None);
