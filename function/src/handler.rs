@@ -1,16 +1,21 @@
-//! Stage 5: one transport-neutral handler, `(method, path, body) -> (status, content type, body)`.
+//! Stage 5: one transport-neutral handler, `(request, readiness) -> (status, content type, body)`.
 //!
 //! The Lambda adapter and the HTTP server only move bytes in and out of [`Scorer::handle`]; they
-//! add nothing to the decision. Routes:
+//! add nothing to the decision. Every answer either transport can give is built here, so the two
+//! cannot drift apart: the routes below, and the transport's own refusals ([`Response`]'s
+//! constructors, used by `local-runner serve` when a request cannot be read at all).
 //!
 //! | method and path      | answer |
 //! |----------------------|--------|
 //! | `POST /fraud-score`  | 200 `{"approved":…,"fraud_score":…}`, or 400 `{"error":"<field>: <what is wrong>"}` |
-//! | `GET`/`HEAD /ready`  | 200 `{"ready":true}` |
+//! | `POST /fraud-score` with a Content-Type other than `application/json` | 415 `{"error":…}` |
+//! | `GET`/`HEAD /ready`  | 200 `{"ready":true}`, or 503 `{"ready":false}` while warming up |
 //! | other method, known path | 405 `{"error":…}` with the allowed methods |
 //! | anything else        | 404 `{"error":"not found"}` |
 //!
-//! A query string is ignored when routing.
+//! A query string is ignored when routing. Content-Type: none, or `application/json` in any case
+//! with or without parameters (`application/json; charset=utf-8`), is accepted; anything else
+//! gets 415, because the body would not be what the client meant.
 
 use crate::decision::Decision;
 use crate::payload::{self, PayloadError};
@@ -23,6 +28,38 @@ pub const JSON: &str = "application/json";
 
 /// Longest error message returned, in characters (longer ones are cut and end in `...`).
 pub const MAX_ERROR_CHARS: usize = 200;
+
+/// One request, as any transport sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// The path, with or without a query string (ignored).
+    pub target: &'a str,
+    /// The Content-Type header's value, if the request has one.
+    pub content_type: Option<&'a [u8]>,
+    pub body: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// A request without a Content-Type header.
+    pub fn new(method: &'a str, target: &'a str, body: &'a [u8]) -> Request<'a> {
+        Request {
+            method,
+            target,
+            content_type: None,
+            body,
+        }
+    }
+}
+
+/// Whether the instance may take traffic yet (answered on `/ready`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// Still warming up: `/ready` says 503 so a balancer keeps traffic away; requests that
+    /// arrive anyway are answered normally.
+    WarmingUp,
+}
 
 /// A response, ready for any transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +81,10 @@ impl Response {
         }
     }
 
+    fn fixed(status: u16, body: &'static str) -> Response {
+        Response::json(status, Cow::Borrowed(body))
+    }
+
     fn error(status: u16, message: &str) -> Response {
         // serde's messages quote the offending value, which the client chose (up to the body
         // limit): keep the field and the reason, cut the echo.
@@ -56,6 +97,50 @@ impl Response {
             Cow::Owned(serde_json::json!({ "error": message }).to_string()),
         )
     }
+
+    /// 400: the request itself cannot be read (malformed head, bad framing). `what` says what
+    /// is wrong, without echoing the client's bytes.
+    pub fn bad_request(what: &str) -> Response {
+        Response::error(400, &format!("bad request: {what}"))
+    }
+
+    /// 408: the head did not arrive in time.
+    pub fn head_timeout() -> Response {
+        Response::fixed(408, r#"{"error":"request head not received in time"}"#)
+    }
+
+    /// 408: the body did not arrive in time after its head.
+    pub fn body_timeout() -> Response {
+        Response::fixed(408, r#"{"error":"body not received in time"}"#)
+    }
+
+    /// 413: the body is longer than the server accepts.
+    pub fn body_too_large() -> Response {
+        Response::fixed(413, r#"{"error":"body too large"}"#)
+    }
+
+    /// 431: the request head (line and headers) is too large or has too many headers.
+    pub fn head_too_large() -> Response {
+        Response::fixed(431, r#"{"error":"request head too large"}"#)
+    }
+
+    /// 503: the server is at its connection limit.
+    pub fn too_many_connections() -> Response {
+        Response::fixed(503, r#"{"error":"too many connections"}"#)
+    }
+
+    /// The same answer to every request, without reading it: the body of a backend that does
+    /// no work (`local-runner serve --no-work`, a measurement of the stack's lower bound).
+    pub fn constant() -> Response {
+        Response::fixed(200, crate::decision::BODIES[0])
+    }
+}
+
+/// True when a Content-Type value names JSON: `application/json`, any case, optionally followed
+/// by parameters (`; charset=utf-8`).
+pub fn is_json_content_type(value: &[u8]) -> bool {
+    let media = value.split(|&b| b == b';').next().unwrap_or_default();
+    media.trim_ascii().eq_ignore_ascii_case(JSON.as_bytes())
 }
 
 /// The fraud scorer: parse, vectorize, search, decide.
@@ -80,15 +165,23 @@ impl<'a> Scorer<'a> {
         Ok(Decision::new(self.searcher.frauds(&query)))
     }
 
-    /// Answers one HTTP request.
-    pub fn handle(&self, method: &str, path: &str, body: &[u8]) -> Response {
-        let path = path.split_once('?').map_or(path, |(p, _)| p);
-        match (method, path) {
-            ("POST", "/fraud-score") => match self.score(body) {
-                Ok(d) => Response::json(200, Cow::Borrowed(d.body())),
-                Err(e) => Response::error(400, &e.to_string()),
+    /// Answers one request.
+    pub fn handle(&self, req: &Request<'_>, readiness: Readiness) -> Response {
+        let path = req.target.split_once('?').map_or(req.target, |(p, _)| p);
+        match (req.method, path) {
+            ("POST", "/fraud-score") => {
+                if req.content_type.is_some_and(|ct| !is_json_content_type(ct)) {
+                    return Response::error(415, "unsupported content type: send application/json");
+                }
+                match self.score(req.body) {
+                    Ok(d) => Response::fixed(200, d.body()),
+                    Err(e) => Response::error(400, &e.to_string()),
+                }
+            }
+            ("GET" | "HEAD", "/ready") => match readiness {
+                Readiness::Ready => Response::fixed(200, r#"{"ready":true}"#),
+                Readiness::WarmingUp => Response::fixed(503, r#"{"ready":false}"#),
             },
-            ("GET" | "HEAD", "/ready") => Response::json(200, Cow::Borrowed(r#"{"ready":true}"#)),
             (_, "/fraud-score") => Response {
                 allow: Some("POST"),
                 ..Response::error(405, "method not allowed: use POST")
@@ -123,6 +216,10 @@ mod tests {
         )));
     }
 
+    fn call(s: &Scorer, method: &str, target: &str, body: &[u8]) -> Response {
+        s.handle(&Request::new(method, target, body), Readiness::Ready)
+    }
+
     fn error_of(r: &Response) -> String {
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         v["error"].as_str().unwrap().to_string()
@@ -131,17 +228,95 @@ mod tests {
     #[test]
     fn routes() {
         with_scorer(|s| {
-            let ok = s.handle("POST", "/fraud-score", BODY.as_bytes());
+            let ok = call(&s, "POST", "/fraud-score", BODY.as_bytes());
             assert_eq!((ok.status, ok.content_type), (200, JSON));
             assert!(crate::decision::BODIES.contains(&ok.body.as_ref()));
-            assert_eq!(s.handle("POST", "/fraud-score?x=1", BODY.as_bytes()), ok);
-            assert_eq!(s.handle("GET", "/ready", b"").status, 200);
-            assert_eq!(s.handle("HEAD", "/ready", b"").status, 200);
-            let r = s.handle("GET", "/fraud-score", b"");
+            assert_eq!(call(&s, "POST", "/fraud-score?x=1", BODY.as_bytes()), ok);
+            assert_eq!(call(&s, "GET", "/ready", b"").status, 200);
+            assert_eq!(call(&s, "HEAD", "/ready", b"").status, 200);
+            let r = call(&s, "GET", "/fraud-score", b"");
             assert_eq!((r.status, r.allow), (405, Some("POST")));
-            assert_eq!(s.handle("DELETE", "/ready", b"").status, 405);
-            assert_eq!(s.handle("GET", "/nope", b"").status, 404);
+            assert_eq!(call(&s, "DELETE", "/ready", b"").status, 405);
+            assert_eq!(call(&s, "GET", "/nope", b"").status, 404);
         });
+    }
+
+    #[test]
+    fn readiness_is_answered_on_ready_only() {
+        with_scorer(|s| {
+            let warming = |m, t, b: &[u8]| s.handle(&Request::new(m, t, b), Readiness::WarmingUp);
+            let r = warming("GET", "/ready", b"");
+            assert_eq!((r.status, r.body.as_ref()), (503, r#"{"ready":false}"#));
+            assert_eq!(warming("HEAD", "/ready", b"").status, 503);
+            // Requests that reach a warming instance are still answered.
+            let ok = warming("POST", "/fraud-score", BODY.as_bytes());
+            assert_eq!(ok, call(&s, "POST", "/fraud-score", BODY.as_bytes()));
+            assert_eq!(warming("POST", "/ready", b"").status, 405);
+        });
+    }
+
+    #[test]
+    fn content_type_policy() {
+        with_scorer(|s| {
+            let with = |ct: &str| {
+                s.handle(
+                    &Request {
+                        content_type: Some(ct.as_bytes()),
+                        ..Request::new("POST", "/fraud-score", BODY.as_bytes())
+                    },
+                    Readiness::Ready,
+                )
+            };
+            let ok = call(&s, "POST", "/fraud-score", BODY.as_bytes());
+            assert_eq!(ok.status, 200);
+            for ct in [
+                "application/json",
+                "Application/JSON",
+                "application/json; charset=utf-8",
+                "application/json;charset=UTF-8",
+                " application/json ",
+            ] {
+                assert_eq!(with(ct), ok, "{ct:?}");
+            }
+            for ct in [
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "application/jsonp",
+                "application/json-patch+json",
+                "",
+                "multipart/form-data; boundary=x",
+            ] {
+                let r = with(ct);
+                assert_eq!(r.status, 415, "{ct:?}");
+                assert!(error_of(&r).contains("application/json"), "{ct:?}");
+            }
+            // Only the scored route reads a body: elsewhere the type does not matter.
+            let r = s.handle(
+                &Request {
+                    content_type: Some(b"text/plain"),
+                    ..Request::new("GET", "/ready", b"")
+                },
+                Readiness::Ready,
+            );
+            assert_eq!(r.status, 200);
+        });
+    }
+
+    #[test]
+    fn transport_answers_are_json_errors() {
+        for (r, status) in [
+            (Response::bad_request("malformed request head"), 400),
+            (Response::head_timeout(), 408),
+            (Response::body_timeout(), 408),
+            (Response::body_too_large(), 413),
+            (Response::head_too_large(), 431),
+            (Response::too_many_connections(), 503),
+        ] {
+            assert_eq!((r.status, r.content_type, r.allow), (status, JSON, None));
+            assert!(!error_of(&r).is_empty(), "{r:?}");
+        }
+        assert!(error_of(&Response::bad_request("x")).starts_with("bad request: x"));
+        assert!(crate::decision::BODIES.contains(&Response::constant().body.as_ref()));
     }
 
     #[test]
@@ -159,13 +334,14 @@ mod tests {
                 (format!("{BODY} trailing"), "."),
             ];
             for (body, field) in cases {
-                let r = s.handle("POST", "/fraud-score", body.as_bytes());
+                let r = call(&s, "POST", "/fraud-score", body.as_bytes());
                 assert_eq!(r.status, 400, "{body}");
                 let e = error_of(&r);
                 assert!(e.starts_with(field), "{field}: {e}");
             }
             // Missing field inside an object names the object and the field.
-            let r = s.handle(
+            let r = call(
+                &s,
                 "POST",
                 "/fraud-score",
                 BODY.replace(r#""mcc":"5411","#, "").as_bytes(),
@@ -173,8 +349,7 @@ mod tests {
             assert!(error_of(&r).contains("missing field `mcc`"));
             // Non-UTF-8 bytes are a 400, not a panic.
             assert_eq!(
-                s.handle("POST", "/fraud-score", b"{\"id\":\"\xff\"}")
-                    .status,
+                call(&s, "POST", "/fraud-score", b"{\"id\":\"\xff\"}").status,
                 400
             );
         });
@@ -184,7 +359,7 @@ mod tests {
     fn long_errors_are_cut() {
         with_scorer(|s| {
             let body = BODY.replace("41.12", &format!("\"{}\"", "9".repeat(50_000)));
-            let e = error_of(&s.handle("POST", "/fraud-score", body.as_bytes()));
+            let e = error_of(&call(&s, "POST", "/fraud-score", body.as_bytes()));
             assert!(
                 e.starts_with("transaction.amount: invalid type: string"),
                 "{e}"
@@ -193,11 +368,11 @@ mod tests {
             assert_eq!(e.chars().count(), MAX_ERROR_CHARS + 3);
             // Multi-byte characters are cut at a character boundary.
             let body = BODY.replace("2026-03-11T18:45:53Z", &"\u{e9}".repeat(300));
-            let e = error_of(&s.handle("POST", "/fraud-score", body.as_bytes()));
+            let e = error_of(&call(&s, "POST", "/fraud-score", body.as_bytes()));
             assert!(e.starts_with("transaction.requested_at: "), "{e}");
             assert_eq!(e.chars().count(), MAX_ERROR_CHARS + 3);
             // Short ones are left alone.
-            let e = error_of(&s.handle("POST", "/fraud-score", b"{"));
+            let e = error_of(&call(&s, "POST", "/fraud-score", b"{"));
             assert!(!e.ends_with("..."), "{e}");
         });
     }
@@ -212,7 +387,7 @@ mod tests {
                 BODY.replace(r#""last_transaction":null"#, r#""last_transaction":{"timestamp":"2030-01-01T00:00:00Z","km_from_current":-5}"#),
                 BODY.replace(r#","last_transaction":null"#, ""),
             ] {
-                assert_eq!(s.handle("POST", "/fraud-score", body.as_bytes()).status, 200, "{body}");
+                assert_eq!(call(&s, "POST", "/fraud-score", body.as_bytes()).status, 200, "{body}");
             }
         });
     }

@@ -12,7 +12,7 @@
 //! - [`vector`]: the contest's 14 dimensions, computed exactly like its labeller.
 //! - [`search`]: exact 5-NN over the IVF index from `index-pack` (SIMD kernels, scalar fallback).
 //! - [`decision`]: the vote and the six precomputed response bodies.
-//! - [`handler`]: routes `(method, path, body)`; the Lambda binary (`bootstrap`) and the
+//! - [`handler`]: routes a [`Request`] and builds every answer a transport can give; the Lambda binary (`bootstrap`) and the
 //!   `local-runner` HTTP server are thin adapters around [`handler::Scorer::handle`].
 //!
 //! With feature `embedded-index`, [`index`] carries the index built from the contest references.
@@ -29,7 +29,7 @@ pub mod search;
 pub mod vector;
 
 pub use decision::Decision;
-pub use handler::{Response, Scorer};
+pub use handler::{Readiness, Request, Response, Scorer};
 pub use search::{SearchParams, Searcher};
 
 /// The scorer over the embedded index, opened on first use.

@@ -3,6 +3,7 @@
 //! Needs feature `embedded-index` (enabled when the whole workspace is tested).
 #![cfg(feature = "embedded-index")]
 
+use function::{Readiness, Request};
 use std::io::Read;
 
 #[test]
@@ -22,7 +23,10 @@ fn every_public_payload_matches_the_labeller() {
     let mut wrong = Vec::new();
     for (i, e) in entries.iter().enumerate() {
         let body = serde_json::to_vec(&e["request"]).unwrap();
-        let resp = scorer.handle("POST", "/fraud-score", &body);
+        let resp = scorer.handle(
+            &Request::new("POST", "/fraud-score", &body),
+            Readiness::Ready,
+        );
         assert_eq!(resp.status, 200, "entry {i}: {}", resp.body);
         let got: serde_json::Value = serde_json::from_str(&resp.body).unwrap();
         if got["approved"] != e["expected_approved"]

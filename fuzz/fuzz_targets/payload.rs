@@ -9,7 +9,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use fraud_fuzz::gen::{Expect, GenPayload};
-use fraud_fuzz::{check_score_response, check_search, score_and_check, scorer};
+use fraud_fuzz::{check_score_response, check_search, post, score_and_check};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (body, expect) = p.render();
-    let r = scorer().handle("POST", "/fraud-score", &body);
+    let r = post(&body);
     let frauds = check_score_response(&r);
     let text = String::from_utf8_lossy(&body);
     match expect {

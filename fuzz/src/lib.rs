@@ -238,10 +238,18 @@ pub fn check_score_response(r: &Response) -> Option<usize> {
     }
 }
 
+/// `POST /fraud-score` with `body` through the handler (no Content-Type, ready).
+pub fn post(body: &[u8]) -> function::Response {
+    scorer().handle(
+        &function::Request::new("POST", "/fraud-score", body),
+        function::Readiness::Ready,
+    )
+}
+
 /// Scores one body through the full handler and, when it is accepted, checks the answer
 /// against the labeller's vote over the fixture. Returns whether it was accepted.
 pub fn score_and_check(body: &[u8]) -> bool {
-    let r = scorer().handle("POST", "/fraud-score", body);
+    let r = post(body);
     let Some(frauds) = check_score_response(&r) else {
         // A rejected body must be rejected by one of the two stages, never accepted by both.
         let parsed = function::payload::parse(body);
@@ -263,6 +271,12 @@ pub fn score_and_check(body: &[u8]) -> bool {
         "decision differs from the labeller's vote for {q:?}"
     );
     // The query string is ignored: same answer.
-    assert_eq!(scorer().handle("POST", "/fraud-score?x=1", body), r);
+    assert_eq!(
+        scorer().handle(
+            &function::Request::new("POST", "/fraud-score?x=1", body),
+            function::Readiness::Ready
+        ),
+        r
+    );
     true
 }

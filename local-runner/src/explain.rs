@@ -83,7 +83,10 @@ fn decimal(units: i64, places: u32) -> String {
 
 /// Explains one body; `Err` carries the API's 400 answer for a body it refuses.
 pub fn explain(scorer: &Scorer, body: &[u8]) -> Result<Explanation> {
-    let response = scorer.handle("POST", "/fraud-score", body);
+    let response = scorer.handle(
+        &function::Request::new("POST", "/fraud-score", body),
+        function::Readiness::Ready,
+    );
     if response.status != 200 {
         bail!("the API answers {} {}", response.status, response.body);
     }
@@ -184,7 +187,10 @@ pub fn check_with_oracle(e: &Explanation, body: &[u8], references: &Path) -> Res
 /// API's answer on stderr.
 pub fn run(scorer: &Scorer, args: &Args) -> Result<()> {
     let body = read_body(args.file.as_deref())?;
-    let response = scorer.handle("POST", "/fraud-score", &body);
+    let response = scorer.handle(
+        &function::Request::new("POST", "/fraud-score", &body),
+        function::Readiness::Ready,
+    );
     if response.status != 200 {
         eprintln!("the API answers {} {}", response.status, response.body);
         std::process::exit(1);

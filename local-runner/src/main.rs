@@ -69,7 +69,7 @@ enum Command {
     },
     /// Serve the handler over HTTP/1.1 (one single-threaded event loop) until SIGTERM.
     #[cfg(feature = "embedded-index")]
-    Serve(serve::ServeArgs),
+    Serve(serve::instance::ServeArgs),
 }
 
 /// Logs the panic through tracing (and stderr), then aborts the whole process.
@@ -104,7 +104,7 @@ fn main() -> Result<()> {
         #[cfg(feature = "embedded-index")]
         Command::Serve(args) => {
             init_logging();
-            serve::run(args)
+            serve::instance::run(args)
         }
         Command::Verify {
             file,
@@ -176,7 +176,10 @@ fn main() -> Result<()> {
                 function::index::prefault()?;
             }
             let scorer = function::embedded_scorer()?;
-            let resp = scorer.handle("POST", "/fraud-score", EXAMPLE.as_bytes());
+            let resp = scorer.handle(
+                &function::Request::new("POST", "/fraud-score", EXAMPLE.as_bytes()),
+                function::Readiness::Ready,
+            );
             anyhow::ensure!(resp.status == 200, "selftest request failed: {}", resp.body);
             println!(
                 "{{\"open_and_first_answer_ms\":{:.3},\"prefault\":{prefault},\"answer\":{}}}",

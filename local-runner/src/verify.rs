@@ -10,7 +10,7 @@
 //! [`read`] and compares neighbours with the labeller instead.
 
 use anyhow::{bail, Context, Result};
-use function::Scorer;
+use function::{Readiness, Request, Scorer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::io::Read;
@@ -106,7 +106,10 @@ pub fn run(
     for (i, e) in file.entries.iter().enumerate() {
         let body = e.request.get().as_bytes();
         let t = Instant::now();
-        let resp = scorer.handle("POST", "/fraud-score", body);
+        let resp = scorer.handle(
+            &Request::new("POST", "/fraud-score", body),
+            Readiness::Ready,
+        );
         lat.push(t.elapsed().as_nanos() as u64);
         r.total += 1;
         let answer = (resp.status == 200)

@@ -36,9 +36,13 @@ const MAX_LOGGED_CHARS: usize = 100;
 /// which carries no REST API stage prefix.
 fn answer(scorer: &Scorer<'_>, req: &Request) -> function::Response {
     scorer.handle(
-        req.method().as_str(),
-        req.raw_http_path(),
-        req.body().as_ref(),
+        &function::Request {
+            method: req.method().as_str(),
+            target: req.raw_http_path(),
+            content_type: req.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            body: req.body().as_ref(),
+        },
+        function::Readiness::Ready,
     )
 }
 

@@ -1,0 +1,85 @@
+//! What a server is configured with: where it listens ([`Endpoint`]) and how far it lets a client
+//! go ([`Limits`]). The command-line form of both is `instance::ServeArgs`.
+
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Transport limits (the table in the `serve` module docs says what happens at each).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Deadline for a complete request head, counted from when the connection starts waiting
+    /// for one (so it also closes idle keep-alive connections).
+    pub header_timeout: Duration,
+    /// Deadline for a complete body after its head, and for a write that makes no progress.
+    pub body_timeout: Duration,
+    /// Connections served at once (503 and close beyond).
+    pub max_connections: usize,
+    /// How long in-flight requests may take after SIGTERM.
+    pub drain: Duration,
+}
+
+impl Default for Limits {
+    /// The defaults of `local-runner serve`.
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where to listen, parsed from `--listen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Endpoint> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                bail!("--listen unix: needs a path, e.g. unix:/sock/api1.sock");
+            }
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        if s.starts_with('/') {
+            return Ok(Endpoint::Unix(PathBuf::from(s)));
+        }
+        // Numeric addresses only: the static glibc binary should not go through NSS.
+        s.parse::<SocketAddr>().map(Endpoint::Tcp).with_context(|| {
+            format!("--listen {s:?}: expected unix:/path or IP:PORT (e.g. 0.0.0.0:8080)")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            "unix:/sock/a.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/sock/a.sock".into())
+        );
+        assert_eq!(
+            "/tmp/x.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/tmp/x.sock".into())
+        );
+        assert_eq!(
+            "0.0.0.0:8080".parse::<Endpoint>().unwrap(),
+            Endpoint::Tcp("0.0.0.0:8080".parse().unwrap())
+        );
+        assert!("unix:".parse::<Endpoint>().is_err());
+        assert!("localhost:80".parse::<Endpoint>().is_err());
+    }
+}

@@ -1,0 +1,518 @@
+//! HTTP/1.1 for one connection, without I/O: bytes in, answers out.
+//!
+//! [`Conn`] is the protocol state of one connection. The event loop hands it the bytes it read
+//! ([`Conn::receive`]) and the passing of time ([`Conn::tick`]); it appends the answers to an
+//! output buffer and says whether the connection goes on ([`Next`]). It never touches a socket,
+//! so the unit tests and the `http` fuzz target drive exactly the code the server runs.
+//!
+//! Contract:
+//! - Requests are answered in the order they arrive, each as soon as it is complete (pipelined
+//!   requests in one read get their answers in one write). A request that cannot be served (a
+//!   malformed or oversized head, bad framing, a body over the limit, a deadline) gets its own
+//!   answer after those of every complete request before it, with `connection: close`, and the
+//!   connection ends ([`Next::Close`]); bytes after it are not read.
+//! - Framing is RFC 9112's: `Content-Length` (digits only; two different values are refused) or
+//!   `Transfer-Encoding: chunked` (which wins over a length, and then the connection closes after
+//!   the answer); any other transfer coding is refused. `Expect: 100-continue` gets a `100
+//!   Continue` when the body is not there yet. HTTP/1.0 is answered in HTTP/1.0 and closed unless
+//!   it asked for keep-alive. HEAD gets the head of the answer only.
+//! - Memory: a connection holds no buffer between requests. Bytes of an incomplete request are
+//!   kept until it completes, at most [`MAX_HEAD_BYTES`] of head plus twice the body limit
+//!   (chunk framing included); beyond that the request is refused.
+//! - Every answer's status, body and headers come from [`function::Response`].
+
+use super::config::Limits;
+use function::{Request, Response};
+use httparse::Status;
+use std::time::Instant;
+
+/// Longest request head (request line and headers); 431 beyond.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Most header fields in a request head; 431 beyond.
+pub const MAX_HEADERS: usize = 100;
+
+/// What the connection needs next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// More bytes (or nothing: an idle keep-alive connection).
+    Read,
+    /// Write what was produced, then close. No further input is taken.
+    Close,
+}
+
+/// Whoever answers the requests: the scorer, or a constant.
+pub trait App {
+    fn answer(&mut self, req: &Request<'_>) -> Response;
+}
+
+impl<F: FnMut(&Request<'_>) -> Response> App for F {
+    fn answer(&mut self, req: &Request<'_>) -> Response {
+        self(req)
+    }
+}
+
+/// Buffers the event loop lends to every connection in turn (so idle connections hold none).
+#[derive(Default)]
+pub struct Buffers {
+    /// Answers produced by the last call, in order, ready to be written.
+    pub out: Vec<u8>,
+    /// The decoded body of a chunked request.
+    body: Vec<u8>,
+}
+
+/// The protocol state of one connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// Received bytes of a request that is not complete yet; empty (and unallocated) between
+    /// requests.
+    pending: Vec<u8>,
+    /// When the connection started waiting for the current request's head.
+    waiting_since: Instant,
+    /// When the current request's head was complete and its body started to be awaited.
+    head_at: Option<Instant>,
+    /// `100 Continue` was sent for the current request.
+    continued: bool,
+    /// The next answer is the last (shutdown asked for it).
+    last: bool,
+    /// An answer with `connection: close` was produced: nothing more is read.
+    closing: bool,
+}
+
+impl Conn {
+    pub fn new(now: Instant) -> Conn {
+        Conn {
+            pending: Vec::new(),
+            waiting_since: now,
+            head_at: None,
+            continued: false,
+            last: false,
+            closing: false,
+        }
+    }
+
+    /// Takes bytes received from the client; answers every request they complete.
+    pub fn receive(
+        &mut self,
+        input: &[u8],
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) -> Next {
+        if self.closing {
+            return Next::Close;
+        }
+        if self.pending.is_empty() {
+            // The common case: a whole request in one read, parsed in place, nothing copied.
+            let used = self.process(input, now, limits, app, bufs);
+            if !self.closing && used < input.len() {
+                self.pending.extend_from_slice(&input[used..]);
+            }
+        } else {
+            let mut pending = std::mem::take(&mut self.pending);
+            pending.extend_from_slice(input);
+            let used = self.process(&pending, now, limits, app, bufs);
+            if !self.closing && used < pending.len() {
+                pending.drain(..used);
+                self.pending = pending;
+            }
+        }
+        if !self.closing && self.pending.len() > MAX_HEAD_BYTES + 2 * limits.max_body_bytes {
+            // Only chunk framing can get here (a head or a length over its limit is refused as
+            // soon as it is seen): a body cut into tiny chunks costs more than it carries.
+            self.refuse(Response::body_too_large(), bufs);
+        }
+        self.next()
+    }
+
+    /// Applies the deadlines at `now`: a head not complete within the header timeout (408, or a
+    /// silent close when nothing of it arrived: an idle keep-alive connection), a body not
+    /// complete within the body timeout after its head (408).
+    pub fn tick(&mut self, now: Instant, limits: &Limits, bufs: &mut Buffers) -> Next {
+        if self.closing {
+            return Next::Close;
+        }
+        match self.head_at {
+            Some(t) if now.duration_since(t) >= limits.body_timeout => {
+                self.refuse(Response::body_timeout(), bufs)
+            }
+            None if now.duration_since(self.waiting_since) >= limits.header_timeout => {
+                if self.pending.is_empty() {
+                    self.closing = true;
+                } else {
+                    self.refuse(Response::head_timeout(), bufs);
+                }
+            }
+            _ => {}
+        }
+        self.next()
+    }
+
+    /// Asks the connection to end: at once if it is between requests, else after answering the
+    /// request in progress (its answer says `connection: close`).
+    pub fn finish(&mut self) -> Next {
+        self.last = true;
+        if self.pending.is_empty() {
+            self.closing = true;
+        }
+        self.next()
+    }
+
+    /// True between requests: nothing of a next request has arrived.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    fn next(&self) -> Next {
+        if self.closing {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    /// Answers every complete request at the start of `buf`; returns the bytes they took.
+    fn process(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) -> usize {
+        let mut at = 0;
+        while at < buf.len() && !self.closing {
+            match self.one(&buf[at..], now, limits, app, bufs) {
+                Some(used) => {
+                    at += used;
+                    self.waiting_since = now;
+                    self.head_at = None;
+                    self.continued = false;
+                }
+                None => break,
+            }
+        }
+        at
+    }
+
+    /// Answers the request at the start of `buf` if it is complete (or refuses it); returns the
+    /// bytes it took, or None when more are needed.
+    fn one(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) -> Option<usize> {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut fields);
+        let head_len = match req.parse(buf) {
+            Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+            Ok(Status::Partial) if buf.len() <= MAX_HEAD_BYTES => return None,
+            Ok(_) | Err(httparse::Error::TooManyHeaders) => {
+                return self.refused(Response::head_too_large(), buf, bufs)
+            }
+            Err(e) => {
+                return self.refused(Response::bad_request(head_error(e)), buf, bufs);
+            }
+        };
+        let head = match Head::read(&req) {
+            Ok(head) => head,
+            Err(what) => return self.refused(Response::bad_request(what), buf, bufs),
+        };
+        let close = head.close || self.last;
+        let rest = &buf[head_len..];
+        let (body, body_len): (&[u8], usize) = if head.chunked {
+            match decode_chunked(rest, limits.max_body_bytes, &mut bufs.body) {
+                Chunked::Complete(n) => (&bufs.body, n),
+                Chunked::Partial => return self.await_body(&head, now, bufs),
+                Chunked::TooLarge => return self.refused(Response::body_too_large(), buf, bufs),
+                Chunked::Invalid(what) => {
+                    return self.refused(Response::bad_request(what), buf, bufs)
+                }
+            }
+        } else {
+            let len = head.content_length.unwrap_or(0);
+            if len > limits.max_body_bytes as u64 {
+                // Refused before any of it is waited for.
+                return self.refused(Response::body_too_large(), buf, bufs);
+            }
+            let len = len as usize;
+            if rest.len() < len {
+                return self.await_body(&head, now, bufs);
+            }
+            (&rest[..len], len)
+        };
+        let answer = app.answer(&Request {
+            method: req.method.unwrap_or_default(),
+            target: origin_form(req.path.unwrap_or_default()),
+            content_type: head.content_type,
+            body,
+        });
+        let connection = match (close, head.version) {
+            (true, _) => Connection::Close,
+            (false, 0) => Connection::KeepAlive,
+            (false, _) => Connection::Default,
+        };
+        write_response(
+            &mut bufs.out,
+            head.version,
+            head.is_head,
+            &answer,
+            connection,
+        );
+        if close {
+            self.closing = true;
+        }
+        Some(head_len + body_len)
+    }
+
+    /// The head is in, the body is not: start its deadline, and send `100 Continue` if asked.
+    fn await_body(&mut self, head: &Head<'_>, now: Instant, bufs: &mut Buffers) -> Option<usize> {
+        self.head_at.get_or_insert(now);
+        if head.expect_continue && head.version == 1 && !self.continued {
+            bufs.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            self.continued = true;
+        }
+        None
+    }
+
+    /// Answers with `r` and closes: the request cannot be served.
+    fn refuse(&mut self, r: Response, bufs: &mut Buffers) {
+        write_response(&mut bufs.out, 1, false, &r, Connection::Close);
+        self.closing = true;
+    }
+
+    /// [`Conn::refuse`], taking all of `buf`.
+    fn refused(&mut self, r: Response, buf: &[u8], bufs: &mut Buffers) -> Option<usize> {
+        self.refuse(r, bufs);
+        Some(buf.len())
+    }
+}
+
+/// What a request head says about framing and the connection.
+struct Head<'a> {
+    /// Minor version: 0 or 1.
+    version: u8,
+    is_head: bool,
+    content_length: Option<u64>,
+    chunked: bool,
+    /// `connection: close` (or HTTP/1.0 without keep-alive, or a length next to chunked).
+    close: bool,
+    expect_continue: bool,
+    content_type: Option<&'a [u8]>,
+}
+
+impl<'a> Head<'a> {
+    fn read(req: &httparse::Request<'_, 'a>) -> Result<Head<'a>, &'static str> {
+        let version = req.version.unwrap_or(1);
+        let mut head = Head {
+            version,
+            is_head: req.method == Some("HEAD"),
+            content_length: None,
+            chunked: false,
+            close: false,
+            expect_continue: false,
+            content_type: None,
+        };
+        let mut keep_alive = false;
+        for h in req.headers.iter() {
+            let name = h.name;
+            if name.eq_ignore_ascii_case("content-length") {
+                let v = h.value.trim_ascii();
+                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+                    return Err("invalid content-length");
+                }
+                let n = v.iter().fold(0u64, |n, d| n * 10 + (d - b'0') as u64);
+                if head.content_length.is_some_and(|m| m != n) {
+                    return Err("conflicting content-length headers");
+                }
+                head.content_length = Some(n);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") || head.chunked {
+                    return Err("unsupported transfer-encoding (only chunked)");
+                }
+                head.chunked = true;
+            } else if name.eq_ignore_ascii_case("connection") {
+                for token in h.value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    head.close |= token.eq_ignore_ascii_case(b"close");
+                    keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name.eq_ignore_ascii_case("expect") {
+                head.expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+            } else if name.eq_ignore_ascii_case("content-type") && head.content_type.is_none() {
+                head.content_type = Some(h.value);
+            }
+        }
+        // RFC 9112 6.3: with both, chunked frames the body and the connection must close after.
+        head.close |= head.chunked && head.content_length.is_some();
+        head.close |= version == 0 && !keep_alive;
+        Ok(head)
+    }
+}
+
+/// Why httparse refused a head, in words (never the client's bytes).
+fn head_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::Version => "unsupported HTTP version (HTTP/1.0 and 1.1 only)",
+        httparse::Error::Token | httparse::Error::HeaderName => {
+            "malformed request line or header name"
+        }
+        httparse::Error::HeaderValue => "malformed header value",
+        httparse::Error::NewLine | httparse::Error::Status => "malformed request head",
+        httparse::Error::TooManyHeaders => "too many headers",
+    }
+}
+
+/// The path of a request target: origin form as it is; absolute form (`http://host/path?q`, as
+/// sent to proxies) without scheme and authority; anything else (`*`) as it is (no route).
+fn origin_form(target: &str) -> &str {
+    if target.starts_with('/') {
+        return target;
+    }
+    let lower = |n: usize| target.get(..n).map(str::to_ascii_lowercase);
+    let after = if lower(7).as_deref() == Some("http://") {
+        &target[7..]
+    } else if lower(8).as_deref() == Some("https://") {
+        &target[8..]
+    } else {
+        return target;
+    };
+    match after.find(['/', '?']) {
+        Some(i) if after.as_bytes()[i] == b'/' => &after[i..],
+        // `http://host?q` or `http://host`: the path is `/`.
+        _ => "/",
+    }
+}
+
+/// How a chunked body stands.
+#[derive(Debug, PartialEq, Eq)]
+enum Chunked {
+    /// Decoded into the buffer; the number of bytes the framing took.
+    Complete(usize),
+    Partial,
+    TooLarge,
+    Invalid(&'static str),
+}
+
+/// Decodes a chunked body from the start of `buf` into `body` (RFC 9112 7.1: chunk extensions
+/// and trailer fields are read and ignored).
+fn decode_chunked(buf: &[u8], max: usize, body: &mut Vec<u8>) -> Chunked {
+    body.clear();
+    let mut at = 0;
+    loop {
+        let (n, size) = match httparse::parse_chunk_size(&buf[at..]) {
+            Ok(Status::Complete(c)) => c,
+            Ok(Status::Partial) => return Chunked::Partial,
+            Err(_) => return Chunked::Invalid("malformed chunk size"),
+        };
+        at += n;
+        if size == 0 {
+            // Trailer fields, then an empty line.
+            loop {
+                let rest = &buf[at..];
+                let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    return if rest.len() > MAX_HEAD_BYTES {
+                        Chunked::Invalid("trailer section too large")
+                    } else {
+                        Chunked::Partial
+                    };
+                };
+                at += eol + 2;
+                if eol == 0 {
+                    return Chunked::Complete(at);
+                }
+            }
+        }
+        if size > (max - body.len()) as u64 {
+            // Refused as soon as the size is announced, before the data arrives.
+            return Chunked::TooLarge;
+        }
+        let size = size as usize;
+        let Some(data) = buf.get(at..at + size) else {
+            return Chunked::Partial;
+        };
+        body.extend_from_slice(data);
+        at += size;
+        match buf.get(at..at + 2) {
+            Some(b"\r\n") => at += 2,
+            Some(_) => return Chunked::Invalid("chunk data longer than its size"),
+            None if buf.get(at) == Some(&b'\r') || at == buf.len() => return Chunked::Partial,
+            None => return Chunked::Invalid("chunk data longer than its size"),
+        }
+    }
+}
+
+/// The `connection` header an answer carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Connection {
+    /// None: HTTP/1.1 keeps the connection by default.
+    Default,
+    /// `keep-alive`: an HTTP/1.0 client asked for it.
+    KeepAlive,
+    /// `close`: this answer is the last.
+    Close,
+}
+
+/// Appends one answer: status line, `content-type`, `content-length`, `allow` on a 405, the
+/// `connection` header if needed, then the body (unless the request was HEAD).
+fn write_response(
+    out: &mut Vec<u8>,
+    version: u8,
+    head_only: bool,
+    r: &Response,
+    connection: Connection,
+) {
+    out.extend_from_slice(if version == 0 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(num.format(r.status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(r.status).as_bytes());
+    out.extend_from_slice(b"\r\ncontent-type: ");
+    out.extend_from_slice(r.content_type.as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: ");
+    out.extend_from_slice(num.format(r.body.len()).as_bytes());
+    if let Some(allow) = r.allow {
+        out.extend_from_slice(b"\r\nallow: ");
+        out.extend_from_slice(allow.as_bytes());
+    }
+    out.extend_from_slice(match connection {
+        Connection::Default => b"\r\n\r\n".as_slice(),
+        Connection::KeepAlive => b"\r\nconnection: keep-alive\r\n\r\n",
+        Connection::Close => b"\r\nconnection: close\r\n\r\n",
+    });
+    if !head_only {
+        out.extend_from_slice(r.body.as_bytes());
+    }
+}
+
+/// Appends `r` as the only answer on a connection that is then closed (the connection cap's
+/// 503, written without reading the request).
+pub fn write_final(out: &mut Vec<u8>, r: &Response) {
+    write_response(out, 1, false, r, Connection::Close);
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests;

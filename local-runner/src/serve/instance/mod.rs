@@ -1,0 +1,101 @@
+//! One server process over the embedded index: its command line, the index's residency, the
+//! warm-up, start and drain. This is the only part of `serve` that needs the embedded index
+//! (feature `embedded-index`).
+
+mod warmup;
+
+use super::answer::{NoWork, ReadyFlag, Scoring};
+use super::config::{Endpoint, Limits};
+use super::listener::Listener;
+use super::server::Server;
+use anyhow::{Context, Result};
+use std::time::{Duration, Instant};
+use tracing::info;
+use warmup::Warmup;
+
+/// Command-line and environment settings of `serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Where to listen: `unix:/path/to.sock` (or any path starting with `/`), or `HOST:PORT`.
+    #[arg(long, env = "FRAUD_LISTEN", default_value = "127.0.0.1:9999")]
+    pub listen: String,
+    /// Largest request body accepted; longer bodies get 413.
+    #[arg(long, env = "FRAUD_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
+    pub max_body_bytes: usize,
+    /// Time a client has to send the complete request head (slow or silent clients); also how
+    /// long an idle keep-alive connection stays open.
+    #[arg(long, env = "FRAUD_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Time a client has to send the complete body once the head is in (408 after that); also
+    /// how long a write may stall because the client does not read its answers.
+    #[arg(long, env = "FRAUD_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; more are answered 503 and closed at once.
+    #[arg(long, env = "FRAUD_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
+    #[arg(long, env = "FRAUD_DRAIN_MS", default_value_t = 5_000)]
+    pub drain_ms: u64,
+    /// Queries run on the loop thread during warm-up, after the index pages are read.
+    #[arg(long, env = "FRAUD_WARMUP_QUERIES", default_value_t = 512)]
+    pub warmup_queries: usize,
+    /// How the embedded index is made resident: `lazy` (zero-copy; warm-up reads every page
+    /// before ready), `prefault` (zero-copy, every page read and checked before the bind) or
+    /// `hugepages` (a copy in 2 MiB pages; see "Index residency" in the `serve` docs).
+    #[arg(long, env = "FRAUD_INDEX_RESIDENCY", default_value = "lazy")]
+    pub residency: function::index::Residency,
+    /// MEASUREMENT ONLY: answer every request with the same 200, from the same event loop and
+    /// HTTP layer but without parsing the body or searching (the stack's lower bound). The
+    /// index is not opened.
+    #[arg(long, env = "FRAUD_NO_WORK")]
+    pub no_work: bool,
+}
+
+impl From<&ServeArgs> for Limits {
+    fn from(a: &ServeArgs) -> Limits {
+        Limits {
+            max_body_bytes: a.max_body_bytes,
+            header_timeout: Duration::from_millis(a.header_timeout_ms),
+            body_timeout: Duration::from_millis(a.body_timeout_ms),
+            max_connections: a.max_connections.max(1),
+            drain: Duration::from_millis(a.drain_ms),
+        }
+    }
+}
+
+/// Entry point of `local-runner serve`: serves until SIGTERM or SIGINT, then drains and exits.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let endpoint: Endpoint = args.listen.parse()?;
+    let limits = Limits::from(&args);
+    let ready = ReadyFlag::default();
+    if args.no_work {
+        ready.set(true);
+        let mut server = Server::new(Listener::bind(&endpoint)?, NoWork, ready, limits)?;
+        server.stop_on_signals()?;
+        info!(
+            ?endpoint,
+            "listening; no-work backend (constant answer, no search)"
+        );
+        return server.run(&mut ());
+    }
+    let t = Instant::now();
+    function::index::load(args.residency).context("cannot open the embedded index")?;
+    info!(
+        residency = ?args.residency,
+        ms = t.elapsed().as_millis() as u64,
+        anon_huge_mb = function::index::anon_huge_bytes().map(|b| b >> 20),
+        "index resident"
+    );
+    let scorer = function::embedded_scorer().context("cannot open the embedded index")?;
+    let app = Scoring {
+        scorer,
+        ready: ready.clone(),
+    };
+    let mut server = Server::new(Listener::bind(&endpoint)?, app, ready.clone(), limits)?;
+    server.stop_on_signals()?;
+    let mut warmup = Warmup::start(scorer, ready, args.warmup_queries, server.waker()?);
+    info!(?endpoint, ?limits, "listening; warming up");
+    server.run(&mut warmup)?;
+    info!("drained; exiting");
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! The listening socket (Unix or TCP) and the accepted streams, as mio sources.
+//!
+//! A Unix socket path is taken over if a stale file is there (a previous instance that was
+//! killed cannot remove it) and made world-writable, so a balancer running as another user can
+//! connect; the file is removed again when the listener is closed.
+
+use super::config::Endpoint;
+use anyhow::{Context, Result};
+use mio::event::Source;
+use mio::{Interest, Registry, Token};
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::path::PathBuf;
+use tracing::info;
+
+pub enum Listener {
+    Tcp(mio::net::TcpListener),
+    Unix(mio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    pub fn bind(endpoint: &Endpoint) -> Result<Listener> {
+        match endpoint {
+            Endpoint::Tcp(addr) => Ok(Listener::Tcp(
+                mio::net::TcpListener::bind(*addr)
+                    .with_context(|| format!("cannot listen on {addr}"))?,
+            )),
+            Endpoint::Unix(path) => {
+                match std::fs::remove_file(path) {
+                    Ok(()) => info!(path = %path.display(), "removed a stale socket file"),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!("cannot remove stale socket {}", path.display())
+                        })
+                    }
+                }
+                let l = mio::net::UnixListener::bind(path)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                    .with_context(|| format!("cannot chmod {}", path.display()))?;
+                Ok(Listener::Unix(l, path.clone()))
+            }
+        }
+    }
+
+    /// The next pending connection, if any (non-blocking).
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                // Answers are single small writes: send them at once.
+                s.set_nodelay(true)?;
+                Ok(Stream::Tcp(s))
+            }
+            Listener::Unix(l, _) => Ok(Stream::Unix(l.accept()?.0)),
+        }
+    }
+
+    /// Stops listening; a Unix socket's file is removed so that no client connects to it.
+    pub fn close(self, registry: &Registry) {
+        let _ = match self {
+            Listener::Tcp(mut l) => registry.deregister(&mut l),
+            Listener::Unix(mut l, path) => {
+                let _ = std::fs::remove_file(path);
+                registry.deregister(&mut l)
+            }
+        };
+    }
+}
+
+impl Source for Listener {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.register(r, t, i),
+            Listener::Unix(l, _) => l.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.reregister(r, t, i),
+            Listener::Unix(l, _) => l.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.deregister(r),
+            Listener::Unix(l, _) => l.deregister(r),
+        }
+    }
+}
+
+/// An accepted connection.
+pub enum Stream {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Stream {
+    /// Ends the sending direction (the client reads EOF after the last answer).
+    pub fn shutdown_write(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
