@@ -49,7 +49,10 @@ fn recorded_vectors_and_neighbours_are_the_searchs() {
         }
         let frauds = searcher.frauds(&q);
         let body = scorer
-            .handle("POST", "/fraud-score", c.body.as_bytes())
+            .handle(
+                &function::Request::new("POST", "/fraud-score", c.body.as_bytes()),
+                function::Readiness::Ready,
+            )
             .body;
         if frauds != c.frauds || body != c.expected {
             failures.push(format!(

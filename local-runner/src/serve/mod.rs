@@ -32,8 +32,8 @@
 //! or oversized head, and dropped the answers of pipelined requests before one.
 //!
 //! Modules: [`config`] (listen address, limits), [`listener`] (sockets), [`http1`] (the protocol
-//! for one connection, without I/O), `answer` (the app behind it and the readiness flag),
-//! `server` (the event loop: connection cap, deadlines, drain), and `instance` (the process:
+//! for one connection, without I/O), [`answer`] (the app behind it and the readiness flag),
+//! [`server`] (the event loop: connection cap, deadlines, drain), and `instance` (the process:
 //! command line, index residency, warm-up; the only part that needs the embedded index).
 //!
 //! ## Lifecycle
@@ -59,13 +59,13 @@
 //! CPU per request, 7 MB more memory each. So the default stays zero-copy;
 //! `docker/experiments/residency-hugepages.yml` repeats it.
 
-mod answer;
+pub mod answer;
 pub mod config;
 pub mod http1;
 #[cfg(feature = "embedded-index")]
 pub mod instance;
-mod listener;
-mod server;
+pub mod listener;
+pub mod server;
 
 pub use answer::{NoWork, ReadyFlag, Scoring};
 pub use config::{Endpoint, Limits};
