@@ -144,7 +144,25 @@ enum Command {
     Batch(batch::Args),
 }
 
+/// Holds target/xtask/stack.lock while a command uses the stack: the compose projects, port 9999
+/// and the image tags are one per machine, so two stack commands at once would measure (or tear
+/// down) each other's containers. A second command waits for the first.
+fn exclusive() -> Result<std::fs::File> {
+    let path = crate::cmd::root().join("target/xtask/stack.lock");
+    std::fs::create_dir_all(path.parent().unwrap())?;
+    let f = std::fs::File::create(&path)?;
+    if f.try_lock().is_err() {
+        crate::log!("another `cargo xtask stack` command holds {}: waiting", path.display());
+        f.lock()?;
+    }
+    Ok(f)
+}
+
 pub fn run(args: Args) -> Result<()> {
+    let _lock = match args.command {
+        Command::Check { .. } => None,
+        _ => Some(exclusive()?),
+    };
     match args.command {
         Command::Images { build, only } => {
             docker::info()?;
