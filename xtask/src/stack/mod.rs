@@ -152,7 +152,10 @@ fn exclusive() -> Result<std::fs::File> {
     std::fs::create_dir_all(path.parent().unwrap())?;
     let f = std::fs::File::create(&path)?;
     if f.try_lock().is_err() {
-        crate::log!("another `cargo xtask stack` command holds {}: waiting", path.display());
+        crate::log!(
+            "another `cargo xtask stack` command holds {}: waiting",
+            path.display()
+        );
         f.lock()?;
     }
     Ok(f)
