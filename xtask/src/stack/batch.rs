@@ -20,8 +20,9 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The bound: the stack with backends that answer a constant 200 without any work.
-pub const BOUND: &str = "docker/experiments/backend-constant.yml";
+/// The bound: the stack with APIs that answer every request with a constant 200 from the same
+/// event loop, without parsing or searching (`local-runner serve --no-work`).
+pub const BOUND: &str = "docker/bound.yml";
 
 #[derive(clap::Args)]
 pub struct Args {
