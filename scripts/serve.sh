@@ -3,6 +3,6 @@
 # with the embedded index. Extra arguments go to `local-runner serve` (default 127.0.0.1:9999).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh build
 cargo build --release -p local-runner
 exec target/release/local-runner serve "$@"
