@@ -46,8 +46,11 @@ pub struct PackOptions {
 
 impl Default for PackOptions {
     fn default() -> Self {
-        // Measured on the contest data (README, "Index parameters"): 1024 cells and 32-row blocks
-        // keep both the per-list pass and the rows scanned small.
+        // 32-row blocks: 16, 32 and 64 were compared on the contest data (docs/RESULTS.md, "Where
+        // the time goes"). 1024 cells keep both the per-list pass and the rows scanned small; to
+        // compare another count: `index-pack build --cells N -o x.idx`, then
+        // `INDEX_FILE=x.idx cargo run --release -p function --features embedded-index --example
+        // search_stats`.
         PackOptions {
             codec: CodecKind::I16,
             cells: 1024,
