@@ -144,12 +144,12 @@ enum Command {
     Batch(batch::Args),
 }
 
-/// Holds target/xtask/stack.lock while a command uses the stack: the compose projects, port 9999
-/// and the image tags are one per machine, so two stack commands at once would measure (or tear
-/// down) each other's containers. A second command waits for the first.
+/// Holds `$TMPDIR/fraud-stack.lock` while a command uses the stack: the compose projects, port
+/// 9999 and the image tags are one per machine, so two stack commands at once, from this
+/// checkout or another clone, would measure (or tear down) each other's containers. A second
+/// command waits for the first.
 fn exclusive() -> Result<std::fs::File> {
-    let path = crate::cmd::root().join("target/xtask/stack.lock");
-    std::fs::create_dir_all(path.parent().unwrap())?;
+    let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
     if f.try_lock().is_err() {
         crate::log!(
