@@ -73,8 +73,10 @@ fn main() {
     let show = |name: &str, v: &mut Vec<u64>| {
         v.sort_unstable();
         let p = |x: f64| v[((v.len() as f64 * x) as usize).min(v.len() - 1)];
+        // The mean is what a served instance pays per request in CPU.
+        let mean = v.iter().sum::<u64>() / v.len() as u64;
         println!(
-            "{name:<16} p50 {:>8}  p90 {:>8}  p99 {:>8}  max {:>8}",
+            "{name:<16} mean {mean:>8}  p50 {:>8}  p90 {:>8}  p99 {:>8}  max {:>8}",
             p(0.5),
             p(0.9),
             p(0.99),

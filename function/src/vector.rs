@@ -98,7 +98,11 @@ pub fn vectorize(p: &Payload) -> Result<Query, PayloadError> {
     v[8] = clamp01(ratio(p.customer.tx_count_24h, 20.0));
     v[9] = if p.terminal.is_online { 1.0 } else { 0.0 };
     v[10] = if p.terminal.card_present { 1.0 } else { 0.0 };
-    let known = p.customer.known_merchants.contains(&p.merchant.id);
+    let known = p
+        .customer
+        .known_merchants
+        .iter()
+        .any(|m| m.0 == p.merchant.id);
     v[11] = if known { 0.0 } else { 1.0 };
     v[12] = mcc_risk(&p.merchant.mcc);
     v[13] = clamp01(ratio(p.merchant.avg_amount, 10_000.0));
