@@ -36,7 +36,8 @@ fn queries() -> Vec<[i16; DIMS]> {
         .iter()
         .map(|e| {
             let body = serde_json::to_vec(&e["request"]).unwrap();
-            vector::vectorize(&payload::parse(&body).unwrap()).unwrap()
+            let q = vector::vectorize(&payload::parse(&body).unwrap()).unwrap();
+            q
         })
         .collect()
 }
