@@ -12,9 +12,10 @@
 //!   4 KiB pages; replayed cold in file order (`local-runner verify --residency`) no measurable
 //!   change (p50 26-28 us either way), where cache misses dominate. With 8 MiB of other memory
 //!   walked before each query (`search_stats` with `EVICT_KB=8192`, as between two requests of
-//!   a served API) it cuts the search's p99 from 215-298 to 64-77 us, yet the contest stack
-//!   showed no gain (`local-runner/src/serve.rs`, "Index residency"). It costs a copy at start
-//!   (~270 ms with the check) and ~90 MB of anonymous memory, so it is not the default.
+//!   a served API) it cuts the search's p99 from 215-298 to 64-77 us; in the contest stack it
+//!   cut the API's CPU per request by ~7 % (`local-runner/src/serve/mod.rs`, "Index
+//!   residency"), so the stack's compose file asks for it. It costs a copy at start (~270 ms
+//!   with the check) and ~90 MB of anonymous memory, so it is not the binary's default.
 //!
 //! The build script verified the CRC before embedding; `Prefault` and `HugePages` check it again
 //! on the bytes actually served.

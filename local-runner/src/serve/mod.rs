@@ -47,17 +47,17 @@
 //!    503, idle connections close at once and busy ones after their current answer; exit 0 when
 //!    none is left, or after `--drain-ms` anyway.
 //!
-//! ## Index residency (`--residency`, default `lazy`)
-//! The index is read in place (zero-copy); warm-up reads every page before `/ready` says 200.
-//! `--residency hugepages` instead copies it, before the bind, into anonymous memory backed by
-//! 2 MiB transparent huge pages (the binary's file pages are released as the copy goes, so the
-//! container is charged ~99 MB, not twice 92 MB). With caches and TLB evicted before each query
-//! (`EVICT_KB=8192 taskset -c 1 target/release/examples/search_stats 8 <residency>`, 2 x 54,100
-//! queries) huge pages cut the search's p50 / p90 / p99 from 18.4 / 54-145 / 215-298 us to
-//! 13.7-14.2 / 28-29 / 64-77 us; in the contest stack (full replica runs alternated, 2026-11-30)
-//! they did not help: stack p99 1.59 and 1.41 ms against 1.38 and 1.27 ms in place, the same API
-//! CPU per request, 7 MB more memory each. So the default stays zero-copy;
-//! `docker/experiments/residency-hugepages.yml` repeats it.
+//! ## Index residency (`--residency`, default `lazy`; the contest stack uses `hugepages`)
+//! `lazy` reads the index in place (zero-copy); warm-up reads every page before `/ready` says
+//! 200. `hugepages` instead copies it, before the bind, into anonymous memory backed by 2 MiB
+//! transparent huge pages (the binary's file pages are released as the copy goes, so the
+//! container is charged ~94 MB, not twice 92 MB). Between two requests of a served API the other
+//! processes evict its caches and TLB, and with 4 KiB pages a search's page walks are a large
+//! part of its cost (perf: its prefetch instructions stall on them). In full replica runs
+//! alternated with `lazy`, the API's CPU per request was 84 and 83 us against 86 and 94 us
+//! (docs/results/2026-11-30-api-cpu-levers.md), so docker-compose.yml asks for `hugepages`;
+//! `lazy` stays the binary's default for the fastest start (Lambda's init, `verify`).
+//! `docker/experiments/residency-lazy.yml` repeats the comparison.
 
 pub mod answer;
 pub mod config;
