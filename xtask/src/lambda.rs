@@ -12,7 +12,8 @@
 //!
 //! The emulator (`aws-lambda-rie-x86_64`, shipped in the PyPI aws-sam-cli package) runs the
 //! bootstrap without Docker, on loopback ([`emulator`]); answers and expected answers are read
-//! with serde ([`events`]). Results go to target/xtask/lambda*.json.
+//! with serde ([`events`]); the function's log lines are checked by [`logs`]. Results go to
+//! target/xtask/lambda*.json.
 
 mod cold;
 mod emulator;
