@@ -186,18 +186,14 @@ fn stand_in_image(rebuild: bool) -> Result<()> {
         crate::log!("base image {image} exists (--rebuild-image to rebuild)");
         return Ok(());
     }
-    let find = || {
-        ["/bin/busybox", "/usr/bin/busybox"]
-            .into_iter()
-            .map(Path::new)
-            .find(|p| p.exists())
-    };
-    if find().is_none() {
-        tools::apt_install("busybox-static")?;
-    }
-    let busybox = find().context("busybox is missing: apt-get install busybox-static")?;
-    package::check_static_x86_64(busybox)
-        .context("the stand-in needs a static busybox: apt-get install busybox-static")?;
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .context("busybox is missing: run scripts/setup.sh (it installs busybox-static)")?;
+    package::check_static_x86_64(busybox).context(
+        "the stand-in needs a static busybox: run scripts/setup.sh (it installs busybox-static)",
+    )?;
 
     let ctx = super::target_dir().join("lambda-base");
     let _ = std::fs::remove_dir_all(&ctx);

@@ -1,7 +1,8 @@
 //! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, default `~/.cache/lambda-venv`), installed from
 //! PyPI when missing. It brings `sam` (validate, build, local invoke, with cfn-lint) and AWS's
 //! Runtime Interface Emulator `aws-lambda-rie-x86_64`, which runs a bootstrap without Docker.
-//! Debian packages it needs (python3-venv; busybox-static for `sam-local`) come from apt-get.
+//! The Debian packages around it (python3-venv; busybox-static for `sam-local`) come from
+//! scripts/setup.sh, the one place that installs system packages.
 
 use crate::cmd::{cmd, run};
 use anyhow::{bail, Context, Result};
@@ -49,12 +50,9 @@ pub fn ensure() -> Result<Tools> {
         crate::log!("installing {SAM_CLI} into {}", venv.display());
         let _ = std::fs::remove_dir_all(&venv);
         let venv_str = venv.to_str().context("LAMBDA_VENV is not UTF-8")?;
-        if run(&mut cmd("python3", ["-m", "venv", venv_str])).is_err() {
-            // Debian ships venv separately.
-            let _ = std::fs::remove_dir_all(&venv);
-            apt_install("python3-venv")?;
-            run(&mut cmd("python3", ["-m", "venv", venv_str]))?;
-        }
+        run(&mut cmd("python3", ["-m", "venv", venv_str])).context(
+            "python3 cannot create a venv: run scripts/setup.sh (it installs python3-venv)",
+        )?;
         let pip = venv.join("bin/pip");
         run(&mut cmd(
             pip.to_str().expect("venv path is UTF-8"),
@@ -84,24 +82,4 @@ fn find_rie(venv: &Path) -> Result<PathBuf> {
         "no aws-lambda-rie-x86_64 in the SAM CLI of {} (remove the venv to reinstall)",
         venv.display()
     )
-}
-
-/// `apt-get install` of one Debian package (root), updating the lists once if it is unknown.
-pub fn apt_install(package: &str) -> Result<()> {
-    crate::log!("installing {package} (apt-get)");
-    let install = || {
-        cmd("apt-get", ["install", "-y", "-q", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if install() {
-        return Ok(());
-    }
-    run(cmd("apt-get", ["update", "-q"]).stdout(std::process::Stdio::null()))?;
-    if !install() {
-        bail!("apt-get install {package} failed (needs root)");
-    }
-    Ok(())
 }
