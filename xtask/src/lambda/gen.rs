@@ -47,7 +47,8 @@ struct Req {
     /// `None`: no body (and, unless `content_type`, no content-type header).
     body: Option<String>,
     base64: bool,
-    content_type: bool,
+    /// The content-type header, if any.
+    content_type: Option<&'static str>,
     query: Option<(&'static str, &'static str)>,
 }
 
@@ -58,7 +59,7 @@ impl Req {
             path,
             body: body.map(str::to_string),
             base64: false,
-            content_type: body.is_some(),
+            content_type: body.is_some().then_some(JSON_TYPE),
             query: None,
         }
     }
@@ -94,7 +95,7 @@ fn lower_headers(host: &'static str, alb: bool, r: &Req) -> LowerHeaders {
         forwarded_for: alb.then_some(SOURCE_IP),
         forwarded_port: alb.then_some("443"),
         forwarded_proto: "https",
-        content_type: r.content_type.then_some(JSON_TYPE),
+        content_type: r.content_type,
     }
 }
 
@@ -255,7 +256,7 @@ struct Identity {
 
 fn v1(r: &Req) -> V1 {
     const HOST: &str = "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com";
-    let ct = r.content_type.then_some(JSON_TYPE);
+    let ct = r.content_type;
     V1 {
         resource: r.path,
         path: r.path,
@@ -436,7 +437,7 @@ fn generate() -> Result<BTreeMap<String, Vec<u8>>> {
     let base = &valid_case("base")?.body;
     let legit = |body: Option<String>| Req {
         body,
-        content_type: true,
+        content_type: Some(JSON_TYPE),
         ..Req::new("POST", "/fraud-score", None)
     };
     let with = |old: &str, new: &str| -> Result<Req> { Ok(legit(Some(sub(base, old, new)?))) };
@@ -448,6 +449,8 @@ fn generate() -> Result<BTreeMap<String, Vec<u8>>> {
     }
     let mut non_utf8 = legit(Some(b64.encode(&non_utf8)));
     non_utf8.base64 = true;
+    let mut form = legit(Some(base.clone()));
+    form.content_type = Some("application/x-www-form-urlencoded");
     let mut query = legit(Some(base.clone()));
     query.query = Some(("x", "1"));
     let no = (r#""is_online":false"#, r#""is_online":"no""#);
@@ -510,6 +513,13 @@ fn generate() -> Result<BTreeMap<String, Vec<u8>>> {
             non_utf8,
             400,
             "error:.".into(),
+        ),
+        (
+            "form-content-type".into(),
+            "apigw-v2",
+            form,
+            415,
+            "error".into(),
         ),
         (
             "query-string".into(),
