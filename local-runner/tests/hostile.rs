@@ -287,6 +287,50 @@ fn body_over_the_limit_is_413_then_close() {
 }
 
 #[test]
+fn refusal_reaches_a_tcp_client_that_sent_more() {
+    // Over TCP, closing a socket with unread bytes sends a reset, and a reset makes the client's
+    // kernel drop what it had received but not yet read: the 413 would be lost. The server
+    // stops writing, then reads and drops what the client sent before it closes, so a client
+    // that reads late still gets its answer.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = start(&format!("127.0.0.1:{port}"), &["--max-body-bytes", "1024"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let s = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("TCP server not listening: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    // A declared body over the limit, sent along with the head; read only after the server
+    // has had time to close.
+    // More than one read of the server's, so some of it is still unread when it answers.
+    let mut raw =
+        b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 200000\r\n\r\n".to_vec();
+    raw.extend([b' '; 200_000]);
+    let writer = {
+        let s = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = (&s).write_all(&raw); // fails if the server is gone before taking it all
+        })
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let mut r = BufReader::new(s);
+    let resp = read_response(&mut r);
+    assert_eq!(
+        (resp.status, resp.body.as_str(), resp.header("connection")),
+        (413, r#"{"error":"body too large"}"#, Some("close"))
+    );
+    assert!(closed_by_server(&mut r));
+    writer.join().unwrap();
+}
+
+#[test]
 fn other_methods_get_405_with_allow() {
     let server = server("methods");
     for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"] {

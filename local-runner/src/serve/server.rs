@@ -319,7 +319,9 @@ impl<A: App> Server<A> {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
-            if !c.backlog.is_empty() || c.close_after_flush {
+            // While answers wait, or the last one is not out yet, nothing more is read; once the
+            // connection lingers, everything is read and dropped.
+            if c.linger_until.is_none() && (!c.backlog.is_empty() || c.close_after_flush) {
                 return;
             }
             let n = match c.stream.read(&mut self.read_buf) {
