@@ -50,13 +50,18 @@ struct Configuration {
 impl Configuration {
     fn parse(spec: &str) -> Configuration {
         let (name, files) = spec.split_once('=').unwrap_or((spec, ""));
+        let mut files: Vec<PathBuf> = files
+            .split(',')
+            .filter(|f| !f.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        // `bound` alone means the bound, as in the default list (not the plain stack).
+        if name == "bound" && files.is_empty() {
+            files.push(PathBuf::from(BOUND));
+        }
         Configuration {
             name: name.to_string(),
-            files: files
-                .split(',')
-                .filter(|f| !f.is_empty())
-                .map(PathBuf::from)
-                .collect(),
+            files,
         }
     }
     fn compose(&self, extra: &[PathBuf]) -> Compose {
@@ -353,6 +358,10 @@ mod tests {
 
     #[test]
     fn configurations() {
+        assert_eq!(
+            Configuration::parse("bound").files,
+            vec![PathBuf::from(BOUND)]
+        );
         let c = Configuration::parse("bound=docker/bound.yml,x.yml");
         assert_eq!(c.name, "bound");
         assert_eq!(c.files.len(), 2);
