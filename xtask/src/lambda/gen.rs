@@ -624,7 +624,7 @@ mod tests {
     #[test]
     fn checked_in_events_are_what_the_generator_writes() {
         let files = generate().unwrap();
-        assert_eq!(files.len(), 4 + 4 * 5 + 3 + 1 + 21 + 1);
+        assert_eq!(files.len(), 4 + 4 * 5 + 3 + 1 + 22 + 1);
         assert_eq!(stale(&files), Vec::<String>::new());
     }
 
