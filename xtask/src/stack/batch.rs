@@ -5,9 +5,21 @@
 //! target/xtask/stack/<time>-batch.{md,svg,json}; `--publish` also writes
 //! docs/results/<date>-stack-batch[-N].{md,svg} (the first free name).
 //!
-//! A configuration is `NAME` or `NAME=FILE[,FILE...]`: `floor` is HAProxy answering by itself
-//! (docker/compose.floor.yml + FILEs); any other name is the contest stack with FILEs as compose
-//! overrides. Default: floor, bound (backends that do no work), stack.
+//! A configuration is `NAME`, `NAME=FILE[,FILE...]` or `NAME=compose:FILE[,FILE...]`:
+//! - `floor` is HAProxy answering by itself (docker/compose.floor.yml + FILEs);
+//! - any other name is the contest stack with the batch's `-f` files, then FILEs, as compose
+//!   overrides (`bound` alone is the stack with docker/bound.yml);
+//! - `compose:` makes FILEs a whole compose project of its own, e.g. another entry's as its
+//!   author wrote it (`--config peer=compose:/work/peer/compose.peer.yml`): the first file is its
+//!   base, the others its overrides, the batch's `-f` files do not apply, the project is named
+//!   `fraud<NAME>` and runs from the first file's directory, and its images must exist (the
+//!   harness builds only ours). It must serve on port 9999; readiness is asked there only
+//!   (`GET /ready` 2xx, or `POST /fraud-score` 200 where it has no `/ready`), our stack's layout
+//!   and least-privilege check is skipped (its limit sums are logged), and CPU per request is
+//!   reported for each of its services by name (`docker-compose config --services`).
+//!
+//! Default: floor, bound (backends that do no work), stack. The tables have one CPU column per
+//! service name seen in the batch, and `all`, the sum over a run's containers.
 
 use super::docker::Compose;
 use super::plot::{self, Series};
@@ -29,7 +41,9 @@ pub struct Args {
     /// Runs of each configuration.
     #[arg(long, default_value_t = 2)]
     runs: u32,
-    /// NAME or NAME=FILE[,FILE...] (repeatable; order kept). Default: floor, bound, stack.
+    /// NAME, NAME=FILE[,FILE...] (the stack, or `floor`, with FILEs as overrides) or
+    /// NAME=compose:FILE[,FILE...] (a whole external compose project on port 9999, e.g. another
+    /// entry's; `-f` does not apply). Repeatable; order kept. Default: floor, bound, stack.
     #[arg(long = "config")]
     configs: Vec<String>,
     /// Also write docs/results/<date>-stack-batch[-N].{md,svg}.
@@ -41,34 +55,77 @@ pub struct Args {
     common: Common,
 }
 
+/// What a configuration's files apply to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Base {
+    /// docker/compose.floor.yml; the files are overrides.
+    Floor,
+    /// docker-compose.yml; the batch's `-f` files, then the files, are overrides.
+    Stack,
+    /// Nothing of ours: the files are a whole compose project (`compose:`).
+    Compose,
+}
+
 #[derive(Clone, Debug, Serialize)]
 struct Configuration {
     name: String,
+    base: Base,
     files: Vec<PathBuf>,
 }
 
 impl Configuration {
-    fn parse(spec: &str) -> Configuration {
-        let (name, files) = spec.split_once('=').unwrap_or((spec, ""));
-        let mut files: Vec<PathBuf> = files
+    fn parse(spec: &str) -> Result<Configuration> {
+        let (name, rest) = spec.split_once('=').unwrap_or((spec, ""));
+        if name.is_empty() {
+            bail!("--config {spec:?}: no name before `=`");
+        }
+        let (base, rest) = match rest.strip_prefix("compose:") {
+            Some(files) => (Base::Compose, files),
+            None if name == "floor" => (Base::Floor, rest),
+            None => (Base::Stack, rest),
+        };
+        let mut files: Vec<PathBuf> = rest
             .split(',')
             .filter(|f| !f.is_empty())
             .map(PathBuf::from)
             .collect();
-        // `bound` alone means the bound, as in the default list (not the plain stack).
-        if name == "bound" && files.is_empty() {
-            files.push(PathBuf::from(BOUND));
+        match base {
+            Base::Compose if files.is_empty() => {
+                bail!("--config {spec:?}: `compose:` needs a compose file")
+            }
+            // `bound` alone means the bound, as in the default list (not the plain stack).
+            Base::Stack if name == "bound" && files.is_empty() => files.push(PathBuf::from(BOUND)),
+            _ => {}
         }
-        Configuration {
+        Ok(Configuration {
             name: name.to_string(),
+            base,
             files,
-        }
+        })
     }
     fn compose(&self, extra: &[PathBuf]) -> Compose {
-        if self.name == "floor" {
-            Compose::floor(&self.files)
-        } else {
-            Compose::stack(&[extra, &self.files[..]].concat())
+        match self.base {
+            Base::Floor => Compose::floor(&self.files),
+            Base::Stack => Compose::stack(&[extra, &self.files[..]].concat()),
+            Base::Compose => Compose::external(&self.name, &self.files),
+        }
+    }
+    /// The configuration as the batch's markdown names it.
+    fn describe(&self) -> String {
+        let files = self
+            .files
+            .iter()
+            .map(|f| format!("`{}`", f.display()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match self.base {
+            Base::Compose => format!(
+                "`{}` (external compose {files}, run as is; our stack check not applied)",
+                self.name
+            ),
+            _ if self.files.is_empty() => format!("`{}`", self.name),
+            _ => format!("`{}` ({files})", self.name),
         }
     }
 }
@@ -86,24 +143,49 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-const SERVICES: [&str; 3] = ["haproxy", "api1", "api2"];
+/// The CPU columns: every service name of the batch's runs, in order of first appearance
+/// (ours: haproxy, api1, api2; an external project's are its own), then `all`.
+fn service_columns(runs: &[LoadRun]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for c in runs.iter().flat_map(|r| &r.containers) {
+        if !names.contains(&c.service) {
+            names.push(c.service.clone());
+        }
+    }
+    names.push(ALL.into());
+    names
+}
 
-fn cpu_cells(r: &LoadRun) -> String {
-    SERVICES
-        .iter()
-        .map(|s| {
-            r.cpu_us_per_request(s)
-                .map_or("-".into(), |v| format!("{v:.0}"))
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
+/// The column of a run's CPU per request summed over all its containers.
+const ALL: &str = "all";
+
+/// Microseconds of CPU per request of `column` (a service, or [`ALL`]) in `r`.
+fn cpu_of(r: &LoadRun, column: &str) -> Option<f64> {
+    if column == ALL {
+        r.containers
+            .iter()
+            .map(|c| r.cpu_us_per_request(&c.service))
+            .sum()
+    } else {
+        r.cpu_us_per_request(column)
+    }
+}
+
+fn cpu_cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) if !v.is_nan() => format!("{v:.0}"),
+        _ => "-".into(),
+    }
 }
 
 /// The markdown tables: every run, then the medians per configuration.
 fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
-    let mut t = String::from(
-        "| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | CPU us/request haproxy | api1 | api2 |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    let columns = service_columns(runs);
+    let cpu_head = format!("CPU us/request {}", columns.join(" | "));
+    let rule = |n: usize| "|---".repeat(n) + "|\n";
+    let mut t = format!(
+        "| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {cpu_head} |\n{}",
+        rule(10 + columns.len())
     );
     for (i, r) in runs.iter().enumerate() {
         let s = &r.summary;
@@ -123,7 +205,11 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             s.answers.errors,
             s.answers.fp,
             s.answers.fn_,
-            cpu_cells(r)
+            columns
+                .iter()
+                .map(|c| cpu_cell(cpu_of(r, c)))
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
     }
     let floor = median(
@@ -131,24 +217,18 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             .map(|r| r.summary.latency_ms.p99)
             .collect(),
     );
-    t.push_str(
-        "\n| configuration | runs | median p50 ms | median p99 ms | p99 / floor | median score | median CPU us/request haproxy | api1 | api2 |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+    let _ = write!(
+        t,
+        "\n| configuration | runs | median p50 ms | median p99 ms | p99 / floor | median score | median {cpu_head} |\n{}",
+        rule(6 + columns.len())
     );
     for c in configs {
         let rs: Vec<&LoadRun> = runs_of(runs, &c.name).collect();
         let m =
             |f: &dyn Fn(&LoadRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
-        let cpu = SERVICES
+        let cpu = columns
             .iter()
-            .map(|s| {
-                let v = m(&|r| r.cpu_us_per_request(s));
-                if v.is_nan() {
-                    "-".into()
-                } else {
-                    format!("{v:.0}")
-                }
-            })
+            .map(|c| cpu_cell(Some(m(&|r| cpu_of(r, c)))))
             .collect::<Vec<_>>()
             .join(" | ");
         let p99 = m(&|r| Some(r.summary.latency_ms.p99));
@@ -226,7 +306,10 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         a.configs.clone()
     };
-    let configs: Vec<Configuration> = specs.iter().map(|s| Configuration::parse(s)).collect();
+    let configs: Vec<Configuration> = specs
+        .iter()
+        .map(|s| Configuration::parse(s))
+        .collect::<Result<_>>()?;
     let mode = a.shape.mode()?;
     a.common.prepare(true, false)?;
     let load_start = loadavg();
@@ -272,14 +355,15 @@ pub fn run(a: Args) -> Result<()> {
          Machine: 2-core VM, load average {load_start} at the start, {} at the end; k6 1.1.0 on the same machine.  \n\
          Configurations: {}.  \n\
          Runs alternate (one of each configuration per round). CPU per request is each container's \
-         cgroup CPU time over the run divided by the requests of the run.\n\n\
+         cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
+         run's containers.\n\n\
          {table}\n{}\n\
          ![offered rate and per-second p50/p99 per configuration]({svg_name})\n",
         command.split(" stack ").nth(1).unwrap_or("batch"),
         loadavg(),
         configs
             .iter()
-            .map(|c| format!("`{}`{}", c.name, if c.files.is_empty() { String::new() } else { format!(" ({})", c.files.iter().map(|f| format!("`{}`", f.display())).collect::<Vec<_>>().join(", ")) }))
+            .map(Configuration::describe)
             .collect::<Vec<_>>()
             .join(", "),
         if failed.is_empty() { String::new() } else { format!("Runs that did not complete: {}\n", failed.join("; ")) },
@@ -356,21 +440,104 @@ pub fn run(a: Args) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn parse(spec: &str) -> Configuration {
+        Configuration::parse(spec).unwrap()
+    }
+
     #[test]
     fn configurations() {
-        assert_eq!(
-            Configuration::parse("bound").files,
-            vec![PathBuf::from(BOUND)]
-        );
-        let c = Configuration::parse("bound=docker/bound.yml,x.yml");
+        assert_eq!(parse("bound").files, vec![PathBuf::from(BOUND)]);
+        assert_eq!(parse("bound").base, Base::Stack);
+        let c = parse("bound=docker/bound.yml,x.yml");
         assert_eq!(c.name, "bound");
         assert_eq!(c.files.len(), 2);
-        assert!(Configuration::parse("floor").files.is_empty());
-        assert_eq!(
-            Configuration::parse("floor").compose(&[]).project,
-            "fraudfloor"
-        );
+        assert!(parse("floor").files.is_empty());
+        assert_eq!(parse("floor").base, Base::Floor);
+        assert_eq!(parse("floor").compose(&[]).project, "fraudfloor");
         assert_eq!(c.compose(&[]).files.len(), 3);
+        assert_eq!(c.compose(&[PathBuf::from("o.yml")]).files.len(), 4);
+    }
+
+    #[test]
+    fn external_compose_configurations() {
+        let c = parse("peer=compose:/work/peer/compose.peer.yml");
+        assert_eq!((c.name.as_str(), c.base), ("peer", Base::Compose));
+        assert_eq!(c.files, vec![PathBuf::from("/work/peer/compose.peer.yml")]);
+        // The batch's `-f` overrides are ours: they do not reach another project.
+        let compose = c.compose(&[PathBuf::from("docker/experiments/cpuset-1.yml")]);
+        assert_eq!(compose.project, "fraudpeer");
+        assert_eq!(compose.files, c.files);
+        assert_eq!(compose.dir, PathBuf::from("/work/peer"));
+        assert_eq!(compose.layout, super::super::docker::Layout::External);
+        let two = parse("floor=compose:/a/base.yml,/a/more.yml");
+        assert_eq!((two.base, two.files.len()), (Base::Compose, 2));
+        assert!(two
+            .describe()
+            .contains("external compose `/a/base.yml`, `/a/more.yml`"));
+        assert!(Configuration::parse("peer=compose:").is_err());
+        assert!(Configuration::parse("=x.yml").is_err());
+        // Not a prefix anywhere else: a file named like it is an override.
+        assert_eq!(parse("x=a.yml,compose:b.yml").base, Base::Stack);
+    }
+
+    /// A run of `config` with 1,000 requests whose containers used `cpu_ms` each.
+    fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
+        let snapshot = |ns: u64| {
+            serde_json::json!({"memory_limit": 1, "memory_peak": 0,
+            "memory_failcnt": 0, "oom_kill": 0, "cpu_ns": ns, "nr_periods": 0,
+            "nr_throttled": 0, "throttled_ns": 0})
+        };
+        serde_json::from_value(serde_json::json!({
+            "config": config, "mode": "full", "started": "20261130T170200Z",
+            "load_before": "1.00", "load_after": "1.00", "k6_exit": 0, "problems": [],
+            "summary": {"mode": "full", "requests": 1000, "dropped_iterations": 0, "tp": 1,
+                "tn": 1, "fp": 0, "fn": 0, "errors": 0,
+                "latency_ms": {"med": 0.4, "p99": 0.9, "max": 2.0},
+                "p99_score": 3000.0, "detection_score": 3000.0, "final_score": 6000.0,
+                "t0_ms": 0, "windows": []},
+            "containers": cpu_ms.iter().map(|(service, ms)| serde_json::json!({
+                "service": service, "cpus": 0.4, "before": snapshot(0),
+                "after": snapshot(ms * 1_000_000), "restarts": 0, "oom_killed": false,
+                "running": true})).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn cpu_columns_follow_the_services_of_each_configuration() {
+        let configs = [parse("stack"), parse("peer=compose:/p/c.yml")];
+        let runs = [
+            run_of("stack", &[("haproxy", 80), ("api1", 40), ("api2", 45)]),
+            run_of("peer", &[("api1", 60), ("api2", 70), ("lb", 10)]),
+        ];
+        assert_eq!(
+            service_columns(&runs),
+            ["haproxy", "api1", "api2", "lb", "all"]
+        );
+        assert_eq!(cpu_of(&runs[1], "haproxy"), None);
+        assert_eq!(cpu_of(&runs[1], "all"), Some(140.0));
+        let t = tables(&configs, &runs);
+        assert!(
+            t.contains("| CPU us/request haproxy | api1 | api2 | lb | all |"),
+            "{t}"
+        );
+        assert!(t.contains("| 0 / 0 | 80 | 40 | 45 | - | 165 |"), "{t}");
+        assert!(t.contains("| 0 / 0 | - | 60 | 70 | 10 | 140 |"), "{t}");
+        assert!(
+            t.contains("| peer | 1 | 0.400 | 0.900 | - | 6000.0 | - | 60 | 70 | 10 | 140 |"),
+            "{t}"
+        );
+        // Every row has as many cells as its header.
+        let cells = |l: &str| l.matches('|').count();
+        let lines: Vec<&str> = t.lines().filter(|l| !l.is_empty()).collect();
+        assert!(
+            lines[..4].iter().all(|l| cells(l) == cells(lines[0])),
+            "{t}"
+        );
+        assert!(
+            lines[4..].iter().all(|l| cells(l) == cells(lines[4])),
+            "{t}"
+        );
     }
 
     #[test]

@@ -274,7 +274,7 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
         .extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
     if running_too {
         let network = format!("{}_stack", compose.project);
-        for svc in compose.services() {
+        for svc in compose.services()? {
             let (line, problems) = running(&svc, &compose.id(&svc)?, &network)?;
             r.services.push(line);
             r.problems.extend(problems);

@@ -1,4 +1,5 @@
-//! Docker and docker compose, typed: the compose projects of the stack and the floor (always
+//! Docker and docker compose, typed: the compose projects of the stack, the floor and any
+//! external compose file (another entry's, run as its author wrote it; always
 //! `docker-compose --compatibility`, Debian's v1, so that `deploy.resources.limits` apply),
 //! `docker inspect` and `docker info` parsed as JSON, and a guard that takes a project down.
 
@@ -14,8 +15,22 @@ pub struct Compose {
     pub project: String,
     pub dir: PathBuf,
     pub files: Vec<PathBuf>,
-    /// The API services (their Unix sockets are `<service>.sock` in the shared volume).
+    /// The API services (their Unix sockets are `<service>.sock` in the shared volume); empty
+    /// for the floor and for an external project.
     pub apis: Vec<String>,
+    pub layout: Layout,
+}
+
+/// What the harness knows of a project's insides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Ours (the stack or the floor): a `haproxy` service, the `apis` on Unix sockets in the
+    /// `sockets` volume, HAProxy's stats socket beside them.
+    Ours,
+    /// Someone else's compose file: only that it serves on port 9999; its services are what
+    /// `docker-compose config --services` lists.
+    External,
 }
 
 impl Compose {
@@ -28,6 +43,7 @@ impl Compose {
             dir: root(),
             files,
             apis: vec!["api1".into(), "api2".into()],
+            layout: Layout::Ours,
         }
     }
 
@@ -40,14 +56,47 @@ impl Compose {
             dir: root().join("docker"),
             files,
             apis: vec![],
+            layout: Layout::Ours,
         }
     }
 
-    /// Every service that runs: HAProxy first, then the APIs.
-    pub fn services(&self) -> Vec<String> {
-        std::iter::once("haproxy".to_string())
-            .chain(self.apis.iter().cloned())
-            .collect()
+    /// A whole compose project from elsewhere (e.g. another entry's), `files[0]` its base file
+    /// and the rest its own overrides, named `fraud<name>` and run from `files[0]`'s directory
+    /// (where its relative paths point). The harness builds none of its images.
+    pub fn external(name: &str, files: &[PathBuf]) -> Compose {
+        let files: Vec<PathBuf> = files.iter().map(|f| absolute(f)).collect();
+        let dir = files
+            .first()
+            .and_then(|f| f.parent())
+            .map_or_else(root, Path::to_path_buf);
+        Compose {
+            project: project_name(name),
+            dir,
+            files,
+            apis: vec![],
+            layout: Layout::External,
+        }
+    }
+
+    /// Every service that runs: ours HAProxy first, then the APIs; an external project's as
+    /// `docker-compose config --services` lists them (dependencies first).
+    pub fn services(&self) -> Result<Vec<String>> {
+        match self.layout {
+            Layout::Ours => Ok(std::iter::once("haproxy".to_string())
+                .chain(self.apis.iter().cloned())
+                .collect()),
+            Layout::External => {
+                let list = output(self.command().args(["config", "--services"]))?;
+                let services = service_list(&list);
+                if services.is_empty() {
+                    bail!(
+                        "{}: `docker-compose config --services` lists no service",
+                        self.project
+                    );
+                }
+                Ok(services)
+            }
+        }
     }
 
     fn command(&self) -> Command {
@@ -117,6 +166,25 @@ impl Compose {
         let v: Vec<Volume> = serde_json::from_str(&text).context("docker volume inspect")?;
         Ok(v.into_iter().next().context("no such volume")?.mountpoint)
     }
+}
+
+/// `fraud<name>`, reduced to what compose keeps of a project name (lowercase ASCII letters,
+/// digits, `-` and `_`).
+fn project_name(name: &str) -> String {
+    format!("fraud{name}")
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect()
+}
+
+/// The output of `docker-compose config --services`: one name a line.
+fn service_list(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -237,4 +305,29 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
         crate::cmd::require("wrk", "to offer the overload (Debian's wrk)")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_external_project() {
+        let c = Compose::external("Peer.2", &[PathBuf::from("/x/peer/compose.yml")]);
+        assert_eq!(c.project, "fraudpeer2");
+        assert_eq!(c.dir, PathBuf::from("/x/peer"));
+        assert_eq!(c.layout, Layout::External);
+        assert!(c.apis.is_empty());
+        assert_eq!(Compose::stack(&[]).layout, Layout::Ours);
+        assert_eq!(
+            Compose::stack(&[]).services().unwrap(),
+            ["haproxy", "api1", "api2"]
+        );
+    }
+
+    #[test]
+    fn lists_services() {
+        assert_eq!(service_list("api1\napi2\nlb\n"), ["api1", "api2", "lb"]);
+        assert!(service_list("\n").is_empty());
+    }
 }

@@ -10,7 +10,7 @@
 //! | `smoke` | gate: a short run; fails on any error, FP, FN, crash, or an unusable Docker |
 //! | `chaos` | gate: SIGKILL of each API under steady load ([`chaos`]) |
 //! | `overload` | gate: 3x the contest peak for 10 s, then recovery ([`overload`]) |
-//! | `batch` | alternated full runs of several configurations, a table, medians and an SVG ([`batch`]) |
+//! | `batch` | alternated full runs of several configurations (ours, or a whole external compose file such as another entry's), a table, medians and an SVG ([`batch`]) |
 //!
 //! Every load run writes its JSON (k6 summary with per-second windows, per-container cgroup
 //! figures) under target/xtask/stack/; every command ends with one verdict line.
@@ -46,7 +46,8 @@ pub struct Args {
 /// What every command that starts the stack takes.
 #[derive(clap::Args, Clone)]
 pub struct Common {
-    /// Extra compose file applied on top (repeatable), e.g. docker/experiments/cpuset-1.yml.
+    /// Extra compose file applied on top of ours (repeatable), e.g.
+    /// docker/experiments/cpuset-1.yml; never to a batch's external `compose:` configuration.
     #[arg(short = 'f', long = "override")]
     overrides: Vec<PathBuf>,
     /// Use the images as they are (skip `stack images`).

@@ -1,6 +1,8 @@
 //! Asking the stack how it is: `GET /ready` through HAProxy (TCP, a new connection each time) or
 //! on an API's own Unix socket in the shared volume, and HAProxy's `show stat` CSV from its
-//! stats socket, parsed with serde. Readiness is never read from a log.
+//! stats socket, parsed with serde. An external project (another entry's compose) is asked
+//! through port 9999 only: `GET /ready`, or, where it has no such route, a scored
+//! `POST /fraud-score`. Readiness is never read from a log.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -12,14 +14,34 @@ use std::time::{Duration, Instant};
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
+/// The contest documentation's first worked example (SPEC.md: 5 legit neighbours, approved).
+const SAMPLE: &str = r#"{"id":"tx-xtask-ready","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
+
+/// `POST /fraud-score` with [`SAMPLE`], as k6 sends it (JSON content type, keep-alive off).
+fn score_request() -> Vec<u8> {
+    format!(
+        "POST /fraud-score HTTP/1.1\r\nHost: xtask\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{SAMPLE}",
+        SAMPLE.len()
+    )
+    .into_bytes()
+}
+
 /// What a `/ready` probe got: the HTTP status, or why there was none (`refused`, `absent`,
 /// `timeout`, ...). Serialized as text ("200", "refused").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe(pub String);
 
 impl Probe {
+    /// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
     pub fn ok(&self) -> bool {
-        self.0 == "200"
+        self.0.len() == 3 && self.0.starts_with('2')
+    }
+
+    /// An HTTP status that says the route is not there or not for this method (4xx), as opposed
+    /// to "not yet" (5xx) or no answer at all.
+    fn no_such_route(&self) -> bool {
+        self.0.len() == 3 && self.0.starts_with('4')
     }
 }
 
@@ -60,16 +82,36 @@ fn error_name(e: &std::io::Error) -> String {
 
 /// `GET /ready` on 127.0.0.1:`port`, on a new connection.
 pub fn ready_tcp(port: u16, timeout: Duration) -> Probe {
+    request_tcp(port, READY, timeout)
+}
+
+/// `request` to 127.0.0.1:`port` on a new connection; the status of the answer.
+fn request_tcp(port: u16, request: &[u8], timeout: Duration) -> Probe {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut s = match TcpStream::connect_timeout(&addr, timeout) {
         Ok(s) => s,
         Err(e) => return Probe(error_name(&e)),
     };
     let _ = s.set_read_timeout(Some(timeout));
-    if let Err(e) = s.write_all(READY) {
+    let _ = s.set_write_timeout(Some(timeout));
+    if let Err(e) = s.write_all(request) {
         return Probe(error_name(&e));
     }
     status_of(&mut s)
+}
+
+/// Readiness of a project we know nothing of but its port: `GET /ready` (any 2xx), and when
+/// that route is missing (a 4xx), `POST /fraud-score` with the contest's sample transaction,
+/// ready on 200. A 5xx or no answer is "not yet", as it comes.
+pub fn ready_or_score(port: u16, timeout: Duration) -> Probe {
+    let p = ready_tcp(port, timeout);
+    if !p.no_such_route() {
+        return p;
+    }
+    match request_tcp(port, &score_request(), timeout) {
+        s if s.0 == "200" => s,
+        s => Probe(format!("/ready {}, POST /fraud-score {}", p.0, s.0)),
+    }
 }
 
 /// `GET /ready` on a Unix socket (an API's own, bypassing HAProxy).
@@ -89,7 +131,7 @@ pub fn ready_unix(path: &Path, timeout: Duration) -> Probe {
     status_of(&mut s)
 }
 
-/// Polls `probe` every 100 ms until it answers 200; fails after `limit` with the last answer.
+/// Polls `probe` every 100 ms until it answers 2xx; fails after `limit` with the last answer.
 pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Result<Duration> {
     let start = Instant::now();
     loop {
@@ -99,7 +141,7 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
         }
         if start.elapsed() > limit {
             bail!(
-                "{what}: /ready did not answer 200 within {limit:?} (last: {})",
+                "{what}: /ready did not answer 2xx within {limit:?} (last: {})",
                 p.0
             );
         }
@@ -198,6 +240,28 @@ apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,L4CO
         assert!(!status_of(&mut busy).ok());
         let mut nothing: &[u8] = b"";
         assert_eq!(status_of(&mut nothing).0, "empty");
+        let mut no_content: &[u8] = b"HTTP/1.1 204 No Content\r\n\r\n";
+        assert!(status_of(&mut no_content).ok());
+    }
+
+    #[test]
+    fn which_answers_mean_ready() {
+        let p = |s: &str| Probe(s.into());
+        assert!(p("200").ok() && p("204").ok());
+        assert!(!p("503").ok() && !p("refused").ok() && !p("2").ok());
+        assert!(p("404").no_such_route() && p("405").no_such_route());
+        assert!(!p("502").no_such_route() && !p("timeout").no_such_route());
+    }
+
+    #[test]
+    fn the_sample_request_is_well_formed() {
+        let r = String::from_utf8(score_request()).unwrap();
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("POST /fraud-score HTTP/1.1\r\n"));
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["merchant"]["mcc"], "5411");
+        assert!(v["last_transaction"].is_null());
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! One load run of a compose project under the k6 contest replica (`k6/fraud-test.js`): bring the
 //! project up, wait for `/ready` (each API on its own socket, then through HAProxy, then both
-//! servers UP in HAProxy), check the contest rules, read each container's cgroup counters
-//! before and after k6, and keep the result (k6 summary with its per-second windows, CPU per
-//! request per container, peak memory, restarts) as JSON under target/xtask/stack/.
+//! servers UP in HAProxy; an external project only through port 9999), check the contest rules
+//! (our stack only), read each container's cgroup counters before and after k6, and keep the
+//! result (k6 summary with its per-second windows, CPU per request per container, peak memory,
+//! restarts) as JSON under target/xtask/stack/.
 //! `stack run`, `stack floor`, `stack smoke` and `stack batch` are all made of this.
 
 use super::cgroup::{Cgroup, Snapshot};
 use super::check;
-use super::docker::{inspect, Compose, Up};
+use super::docker::{inspect, Compose, Layout, Up};
 use super::k6::{self, ReplicaSummary};
-use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
+use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
 use super::{loadavg, results_dir, utc_stamp};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -104,7 +105,7 @@ impl Watch {
     /// Reads every container's counters; with `reset_peak`, resets its memory peak first.
     pub fn start(compose: &Compose, reset_peak: bool) -> Result<Watch> {
         let mut start = Vec::new();
-        for svc in compose.services() {
+        for svc in compose.services()? {
             let id = compose.id(&svc)?;
             let i = inspect(&id)?;
             let cg = Cgroup::of(&i.id)?;
@@ -145,13 +146,26 @@ impl Watch {
 }
 
 /// Brings `compose` up and waits until it serves: each API's own `/ready` on its socket, `/ready`
-/// through HAProxy, and (with a stats socket) every server UP in HAProxy.
+/// through HAProxy, and (with a stats socket) every server UP in HAProxy. An external project is
+/// asked through port 9999 only ([`ready_or_score`]), once per service it has, so that a
+/// round-robin balancer has had the chance to pass a probe to each API.
 pub fn up<'a>(compose: &'a Compose, keep: bool) -> Result<Up<'a>> {
     let t = Instant::now();
-    compose.up()?;
+    // The guard first: a project that `up` leaves half made (one container created, the next
+    // refused) is taken down as well.
     let guard = Up { compose, keep };
     let ready = || -> Result<()> {
-        if !compose.apis.is_empty() {
+        compose.up()?;
+        if compose.layout == Layout::External {
+            let n = compose.services()?.len();
+            for i in 1..=n {
+                wait_ready(
+                    &format!("port 9999 ({i} of {n})"),
+                    Duration::from_secs(90),
+                    || ready_or_score(9999, Duration::from_millis(500)),
+                )?;
+            }
+        } else if !compose.apis.is_empty() {
             let dir = compose.socket_dir()?;
             for api in &compose.apis {
                 let sock = dir.join(format!("{api}.sock"));
@@ -251,8 +265,22 @@ impl LoadRun {
 pub fn load_run(config: &str, compose: &Compose, mode: &Mode, keep: bool) -> Result<LoadRun> {
     let guard = up(compose, keep)?;
     let mut problems = Vec::new();
-    if !compose.apis.is_empty() {
-        problems.extend(check::check(compose, true)?.problems);
+    match compose.layout {
+        Layout::Ours if !compose.apis.is_empty() => {
+            problems.extend(check::check(compose, true)?.problems);
+        }
+        Layout::Ours => {}
+        Layout::External => {
+            // Our check (check.rs) is of our layout (`haproxy`, `api*`, least privilege);
+            // another entry is run as its author wrote it, so only its limits are reported.
+            let limits = compose.config().and_then(|c| check::rules(&c)).map_or_else(
+                |e| format!("limits unreadable: {e:#}"),
+                |r| format!("limits sum {:.2} CPU, {:.0} MB", r.cpus, r.memory_mb),
+            );
+            crate::log!(
+                "{config}: external compose, run as is: our stack check is skipped ({limits})"
+            );
+        }
     }
     let watch = Watch::start(compose, true)?;
     let stamp = utc_stamp();
