@@ -10,7 +10,7 @@
 //! - any other name is the contest stack with the batch's `-f` files, then FILEs, as compose
 //!   overrides (`bound` alone is the stack with docker/bound.yml);
 //! - `compose:` makes FILEs a whole compose project of its own, e.g. another entry's as its
-//!   author wrote it (`--config peer=compose:/work/peer/compose.peer.yml`): the first file is its
+//!   author wrote it (`--config peer=compose:docker/peer/compose.yml`): the first file is its
 //!   base, the others its overrides, the batch's `-f` files do not apply, the project is named
 //!   `fraud<NAME>` and runs from the first file's directory, and its images must exist (the
 //!   harness builds only ours). It must serve on port 9999; readiness is asked there only
@@ -212,14 +212,20 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
                 .join(" | ")
         );
     }
+    // The reference: the bound (what the stack costs without the scorer) when the batch has it,
+    // else the floor.
+    let reference = ["bound", "floor"]
+        .into_iter()
+        .find(|name| runs_of(runs, name).next().is_some())
+        .unwrap_or("floor");
     let floor = median(
-        runs_of(runs, "floor")
+        runs_of(runs, reference)
             .map(|r| r.summary.latency_ms.p99)
             .collect(),
     );
     let _ = write!(
         t,
-        "\n| configuration | runs | median p50 ms | median p99 ms | p99 / floor | median score | median {cpu_head} |\n{}",
+        "\n| configuration | runs | median p50 ms | median p99 ms | p99 / {reference} | median score | median {cpu_head} |\n{}",
         rule(6 + columns.len())
     );
     for c in configs {
@@ -359,7 +365,7 @@ pub fn run(a: Args) -> Result<()> {
          run's containers.\n\n\
          {table}\n{}\n\
          ![offered rate and per-second p50/p99 per configuration]({svg_name})\n",
-        command.split(" stack ").nth(1).unwrap_or("batch"),
+        command.split_once(" stack ").map_or("batch", |(_, rest)| rest),
         loadavg(),
         configs
             .iter()
