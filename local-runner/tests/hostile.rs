@@ -292,24 +292,11 @@ fn refusal_reaches_a_tcp_client_that_sent_more() {
     // kernel drop what it had received but not yet read: the 413 would be lost. The server
     // stops writing, then reads and drops what the client sent before it closes, so a client
     // that reads late still gets its answer.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = start(&format!("127.0.0.1:{port}"), &["--max-body-bytes", "1024"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let s = loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => panic!("TCP server not listening: {e}"),
-        }
-    };
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    // A declared body over the limit, sent along with the head; read only after the server
-    // has had time to close.
-    // More than one read of the server's, so some of it is still unread when it answers.
+    let (_server, port) = start_tcp_ready(&["--max-body-bytes", "1024"]);
+    let s = connect_tcp(port);
+    // A declared body over the limit, sent along with the head, larger than one read of the
+    // server's (so some is still unread when it answers); read only after the server has had
+    // time to close.
     let mut raw =
         b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 200000\r\n\r\n".to_vec();
     raw.extend([b' '; 200_000]);
@@ -592,30 +579,14 @@ fn half_closed_client_still_gets_its_answers() {
         assert!(closed_by_server(&mut r));
     }
     // Over TCP too (a FIN right behind the request).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _tcp = start(&format!("127.0.0.1:{port}"), &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            s.set_read_timeout(Some(PATIENCE)).unwrap();
-            (&s).write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
-                .unwrap();
-            s.shutdown(std::net::Shutdown::Write).unwrap();
-            let mut r = BufReader::new(s);
-            assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
-            assert!(closed_by_server(&mut r));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "TCP server not listening after 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_tcp, port) = start_tcp_ready(&[]);
+    let s = connect_tcp(port);
+    (&s).write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
+    assert!(closed_by_server(&mut r));
 }
 
 #[test]

@@ -6,14 +6,13 @@ mod common;
 
 use common::*;
 use std::io::{BufReader, Write};
-use std::time::{Duration, Instant};
 
 #[test]
 fn unix_socket_keep_alive_routes_and_clean_sigterm() {
     let path = socket_path("main");
     let mut server = start(&format!("unix:{}", path.display()), &[]);
     let mut s = connect_unix(&path);
-    wait_ready(&mut s);
+    wait_ready(&s);
     let mut r = BufReader::new(s.try_clone().unwrap());
 
     // Several requests on one keep-alive connection.
@@ -63,28 +62,11 @@ fn unix_socket_keep_alive_routes_and_clean_sigterm() {
 
 #[test]
 fn tcp_listener_answers() {
-    // Find a free port, then let the server bind it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = start(&format!("127.0.0.1:{port}"), &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            s.write_all(request("GET", "/ready", "").as_bytes())
-                .unwrap();
-            if read_response(&mut r).status == 200 {
-                s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
-                    .unwrap();
-                assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "TCP server not ready after 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut server, port) = start_tcp_ready(&[]);
+    let mut s = connect_tcp(port);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(request("POST", "/fraud-score", FRAUD).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
     assert!(sigterm_and_wait(&mut server).success());
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,8 +64,7 @@ pub fn socket_path(name: &str) -> PathBuf {
 pub fn start_ready(name: &str, extra: &[&str]) -> Server {
     let path = socket_path(name);
     let server = start(&format!("unix:{}", path.display()), extra);
-    let mut s = connect_unix(&path);
-    wait_ready(&mut s);
+    wait_ready(&connect_unix(&path));
     server
 }
 
@@ -195,11 +195,47 @@ pub fn connect_unix(path: &Path) -> UnixStream {
     }
 }
 
-pub fn wait_ready(s: &mut UnixStream) {
+/// Starts a server on a free TCP port of 127.0.0.1 and waits until `/ready` says 200 there;
+/// returns it with its port.
+pub fn start_tcp_ready(extra: &[&str]) -> (Server, u16) {
+    // Find a free port, then let the server bind it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = start(&format!("127.0.0.1:{port}"), extra);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut r = BufReader::new(s.try_clone().unwrap());
+    let s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("TCP server not listening after 60 s: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    wait_ready(&s);
+    (server, port)
+}
+
+/// A new connection to the TCP server of [`start_tcp_ready`].
+pub fn connect_tcp(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.set_write_timeout(Some(PATIENCE)).unwrap();
+    s
+}
+
+/// Asks `GET /ready` on `s` until it says 200 (503 while warming up).
+pub fn wait_ready<S>(s: &S)
+where
+    for<'a> &'a S: Read + Write,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut r = BufReader::new(s);
     loop {
-        s.write_all(request("GET", "/ready", "").as_bytes())
+        let mut w = s;
+        w.write_all(request("GET", "/ready", "").as_bytes())
             .unwrap();
         let status = read_response(&mut r).status;
         if status == 200 {

@@ -218,7 +218,7 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
         .into_iter()
         .find(|name| runs_of(runs, name).next().is_some())
         .unwrap_or("floor");
-    let floor = median(
+    let reference_p99 = median(
         runs_of(runs, reference)
             .map(|r| r.summary.latency_ms.p99)
             .collect(),
@@ -245,10 +245,10 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
             rs.len(),
             m(&|r| Some(r.summary.latency_ms.med)),
             p99,
-            if floor.is_nan() {
+            if reference_p99.is_nan() {
                 "-".into()
             } else {
-                format!("{:.2}x", p99 / floor)
+                format!("{:.2}x", p99 / reference_p99)
             },
             m(&|r| Some(r.summary.final_score)),
             cpu
