@@ -165,7 +165,8 @@ pub fn simple_request(input: &[u8]) -> Option<Simple> {
         }
     }
     let len = len.unwrap_or(0);
-    let body = input.get(head..head + len)?.to_vec();
+    // A declared length near usize::MAX is not a complete request (and must not overflow).
+    let body = input.get(head..head.checked_add(len)?)?.to_vec();
     Some(Simple {
         method: method.to_string(),
         target: path.to_string(),

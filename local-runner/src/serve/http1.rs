@@ -11,7 +11,8 @@
 //!   malformed or oversized head, bad framing, a body over the limit, a deadline) gets its own
 //!   answer after those of every complete request before it, with `connection: close`, and the
 //!   connection ends ([`Next::Close`]); bytes after it are not read.
-//! - Framing is RFC 9112's: `Content-Length` (digits only; two different values are refused) or
+//! - Framing is RFC 9112's: `Content-Length` (any number of digits, refused only when the value
+//!   overflows `u64`; two different values are refused) or
 //!   `Transfer-Encoding: chunked` (which wins over a length, and then the connection closes after
 //!   the answer); any other transfer coding is refused. `Expect: 100-continue` gets a `100
 //!   Continue` when the body is not there yet. HTTP/1.0 is answered in HTTP/1.0 and closed unless
@@ -321,11 +322,7 @@ impl<'a> Head<'a> {
         for h in req.headers.iter() {
             let name = h.name;
             if name.eq_ignore_ascii_case("content-length") {
-                let v = h.value.trim_ascii();
-                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-                    return Err("invalid content-length");
-                }
-                let n = v.iter().fold(0u64, |n, d| n * 10 + (d - b'0') as u64);
+                let n = content_length(h.value.trim_ascii()).ok_or("invalid content-length")?;
                 if head.content_length.is_some_and(|m| m != n) {
                     return Err("conflicting content-length headers");
                 }
@@ -455,6 +452,20 @@ enum Connection {
     KeepAlive,
     /// `close`: this answer is the last.
     Close,
+}
+
+/// A `Content-Length` value: RFC 9110's `1*DIGIT`, any number of digits (leading zeros
+/// included); `None` if it is empty, holds anything but digits, or overflows `u64`.
+fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 /// Appends one answer: status line, `content-type`, `content-length`, `allow` on a 405, the

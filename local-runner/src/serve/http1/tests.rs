@@ -160,6 +160,25 @@ fn malformed_heads_get_400() {
 }
 
 #[test]
+fn content_length_is_any_number_of_digits() {
+    // RFC 9110: `1*DIGIT`, no length limit; leading zeros do not change the value.
+    let zeros = "0".repeat(38);
+    let raw = format!("POST /x HTTP/1.1\r\nContent-Length: {zeros}\r\n\r\n");
+    let (out, next, _) = feed(&[raw.as_bytes()]);
+    assert_eq!(out, answer("POST /x [] ", ""));
+    assert_ne!(next, Next::Close);
+    let raw = format!("POST /y HTTP/1.1\r\nContent-Length: {zeros}2\r\n\r\n{{}}");
+    let (out, next, _) = feed(&[raw.as_bytes()]);
+    assert_eq!(out, answer("POST /y [] {}", ""));
+    assert_ne!(next, Next::Close);
+    assert_eq!(super::content_length(b"18446744073709551615"), Some(u64::MAX));
+    assert_eq!(super::content_length(b"18446744073709551616"), None);
+    assert_eq!(super::content_length(b"00018446744073709551615"), Some(u64::MAX));
+    assert_eq!(super::content_length(b""), None);
+    assert_eq!(super::content_length(b"1 2"), None);
+}
+
+#[test]
 fn oversized_heads_get_431() {
     let long = format!(
         "GET /x HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
