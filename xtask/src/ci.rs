@@ -1,15 +1,14 @@
 //! `cargo xtask ci`: everything CI checks, in order, after `scripts/setup.sh` installed the tools
 //! (`.ci/run` and the README's `scripts/test.sh` run exactly this).
 //!
-//! Each step is a command of its own (this binary again, or cargo), so each prints its own
+//! Each step is a command of its own (cargo, or this binary again), so each prints its own
 //! verdict line with its figures; a failed step does not stop the later ones, so one CI log shows
 //! every failure. The last line is the summary: every step with its wall time.
 
-use crate::cmd::{self, root};
-use crate::{log, report};
+use crate::util::{self, log};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::process::Command;
+use std::path::Path;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -19,138 +18,142 @@ pub struct Args {
     only: Option<String>,
 }
 
-/// One step's outcome.
-#[derive(Serialize)]
+/// What runs a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Program {
+    Cargo,
+    /// This binary again (`cargo xtask <args>`).
+    Xtask,
+}
+
+#[derive(Debug)]
 struct Step {
+    name: &'static str,
+    program: Program,
+    args: Vec<String>,
+    /// The step builds `function` with other features or for another target: it embeds the
+    /// index the workspace build packed (build.rs checks it) instead of packing 3M references
+    /// again (about a minute). The workspace's own steps leave the variable alone: setting it
+    /// would rerun the build script and rebuild every crate above it.
+    reuse_index: bool,
+}
+
+fn step(name: &'static str, program: Program, args: &[&str], reuse_index: bool) -> Step {
+    Step { name, program, args: args.iter().map(|a| a.to_string()).collect(), reuse_index }
+}
+
+/// The steps, in order: cheap checks first, then the gates that need the release build. Clippy
+/// builds in release, so it shares the faiss build with `cargo test --release`.
+fn steps(target_dir: &Path) -> Vec<Step> {
+    use Program::{Cargo, Xtask};
+    fn clippy<'a>(what: &[&'a str]) -> Vec<&'a str> {
+        [&["clippy", "--release"], what, &["--all-targets", "--", "-D", "warnings"]].concat()
+    }
+    let target = target_dir.to_string_lossy();
+    vec![
+        step("fmt", Cargo, &["fmt", "--all", "--", "--check"], false),
+        step("clippy", Cargo, &clippy(&["--workspace"]), false),
+        step("clippy lambda", Cargo, &clippy(&["-p", "function", "--features", "lambda"]), true),
+        step("test", Cargo, &["test", "--release", "--workspace"], false),
+        step("verify", Xtask, &["verify"], false),
+        step("fuzz", Xtask, &["fuzz", "ci"], false),
+        step("lambda", Xtask, &["lambda"], true),
+        // The smoke builds the images; the other stack gates reuse them. The image's static
+        // build shares the target directory with the steps above (faiss and the index packer
+        // are host build dependencies, built once).
+        step("stack smoke", Xtask, &["stack", "smoke", "--target-dir", &target], true),
+        // 600 req/s: the requests in flight on the killed API are the ones that fail, and at
+        // 900 req/s a busy machine puts that count at the gate's limit (docs/RESILIENCE.md).
+        step("stack chaos", Xtask, &["stack", "chaos", "--no-build", "--rate", "600"], false),
+        step("stack overload", Xtask, &["stack", "overload", "--no-build"], false),
+    ]
+}
+
+/// One step's outcome.
+#[derive(Debug, PartialEq, Serialize)]
+struct Outcome {
     name: &'static str,
     passed: bool,
     seconds: f64,
 }
 
-/// The steps, in order: cheap checks first, then the gates that need the release build.
-fn steps() -> Vec<(&'static str, Vec<&'static str>)> {
-    let x = "xtask";
-    vec![
-        ("fmt", vec!["cargo", "fmt", "--all", "--", "--check"]),
-        (
-            "clippy",
-            vec![
-                "cargo",
-                "clippy",
-                "--release",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ],
-        ),
-        (
-            "clippy lambda",
-            vec![
-                "cargo",
-                "clippy",
-                "--release",
-                "-p",
-                "function",
-                "--features",
-                "lambda",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ],
-        ),
-        ("test", vec!["cargo", "test", "--release", "--workspace"]),
-        ("verify", vec![x, "verify"]),
-        ("fuzz", vec![x, "fuzz", "ci"]),
-        ("lambda", vec![x, "lambda"]),
-        // The smoke builds the images; the other stack gates reuse them. The image's static
-        // build shares target/ with the steps above (faiss and the index packer are host
-        // build dependencies, built once).
-        (
-            "stack smoke",
-            vec![x, "stack", "smoke", "--target-dir", "target"],
-        ),
-        // 600 req/s, the floor for this gate: requests in flight on the killed API are
-        // the ones that fail, and at 900 req/s a busy machine puts that count at the gate's
-        // limit (7-10 per kill, docs/RESILIENCE.md).
-        (
-            "stack chaos",
-            vec![x, "stack", "chaos", "--no-build", "--rate", "600"],
-        ),
-        ("stack overload", vec![x, "stack", "overload", "--no-build"]),
-    ]
-}
-
-/// Steps that build `function` with other features or for another target: they embed the index
-/// the workspace build packed (build.rs checks it) instead of packing 3M references again (about
-/// a minute each). The workspace's own steps leave the variable alone: setting it would rerun
-/// the build script and rebuild every crate above it.
-const REUSE_INDEX: [&str; 3] = ["clippy lambda", "lambda", "stack smoke"];
-
 pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let started = Instant::now();
     let mut done = Vec::new();
-    for (name, argv) in steps() {
-        if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
-            continue;
-        }
-        log!("== ci: {name} ==");
-        let mut c = if argv[0] == "xtask" {
-            let mut c = Command::new(&me);
-            c.args(&argv[1..]);
-            c
-        } else {
-            cmd::cmd(argv[0], &argv[1..])
+    let all = steps(util::target_dir());
+    for step in all.iter().filter(|s| args.only.as_deref().is_none_or(|o| s.name.contains(o))) {
+        log!("== ci: {} ==", step.name);
+        let e = match step.program {
+            Program::Cargo => duct::cmd("cargo", &step.args),
+            Program::Xtask => duct::cmd(&me, &step.args),
         };
-        c.current_dir(root());
-        if REUSE_INDEX.contains(&name) {
-            if let Some(artifact) = packed_index() {
-                c.env("FRAUD_INDEX_ARTIFACT_IN", artifact);
-            }
+        let mut e = e.dir(util::root());
+        if let Some(artifact) = step.reuse_index.then(packed_index).flatten() {
+            e = e.env("FRAUD_INDEX_ARTIFACT_IN", artifact);
         }
         let t = Instant::now();
-        let passed = cmd::run(&mut c).is_ok();
-        done.push(Step {
-            name,
-            passed,
-            seconds: t.elapsed().as_secs_f64(),
-        });
+        let passed = match e.run() {
+            Ok(_) => true,
+            Err(err) => {
+                log!("ci: {} failed: {err}", step.name);
+                false
+            }
+        };
+        done.push(Outcome { name: step.name, passed, seconds: t.elapsed().as_secs_f64() });
     }
-    let figures = done
-        .iter()
-        .map(|s| {
-            format!(
-                "{} {} {:.0} s",
-                s.name,
-                if s.passed { "ok" } else { "FAILED" },
-                s.seconds
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
     let passed = done.iter().all(|s| s.passed);
-    report::verdict(
-        "ci",
-        passed,
-        &format!("{figures}; {:.0} s in all", started.elapsed().as_secs_f64()),
-        &done,
-    )
+    util::verdict("ci", passed, &figures(&done, started.elapsed().as_secs_f64()), &done)
 }
 
-/// The newest index artifact packed by a release build of the workspace, if any.
+/// `fmt ok 3 s, clippy FAILED 80 s, ...; 1200 s in all`.
+fn figures(done: &[Outcome], total_s: f64) -> String {
+    let each = done.iter().map(|s| {
+        format!("{} {} {:.0} s", s.name, if s.passed { "ok" } else { "FAILED" }, s.seconds)
+    });
+    format!("{}; {total_s:.0} s in all", each.collect::<Vec<_>>().join(", "))
+}
+
+/// The newest index artifact packed by a release build of the workspace, unless the caller
+/// chose one.
 fn packed_index() -> Option<std::path::PathBuf> {
     if std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some() {
-        return None; // the caller chose one
+        return None;
     }
-    let dir = root().join("target/release/build");
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("function-"))
-        .map(|e| e.path().join("out/fraud-index.idx"))
-        .filter(|p| p.exists())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+    util::newest_index_artifact(&util::target_dir().join("release/build"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_steps_and_their_order() {
+        let s = steps(Path::new("/t"));
+        let names: Vec<&str> = s.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            ["fmt", "clippy", "clippy lambda", "test", "verify", "fuzz", "lambda"]
+                .into_iter()
+                .chain(["stack smoke", "stack chaos", "stack overload"])
+                .collect::<Vec<_>>()
+        );
+        let clippy = s.iter().filter(|s| s.name.starts_with("clippy"));
+        assert!(clippy.clone().all(|s| s.args[..2] == ["clippy", "--release"]));
+        assert!(clippy.clone().all(|s| s.args.ends_with(&["-D".into(), "warnings".into()])));
+        assert_eq!(s[3].args, ["test", "--release", "--workspace"]);
+        assert_eq!(s[7].args, ["stack", "smoke", "--target-dir", "/t"]);
+        assert_eq!((s[7].program, s[0].program), (Program::Xtask, Program::Cargo));
+        let reuse: Vec<&str> = s.iter().filter(|s| s.reuse_index).map(|s| s.name).collect();
+        assert_eq!(reuse, ["clippy lambda", "lambda", "stack smoke"]);
+    }
+
+    #[test]
+    fn the_summary_names_every_step() {
+        let done = [
+            Outcome { name: "fmt", passed: true, seconds: 2.6 },
+            Outcome { name: "test", passed: false, seconds: 100.2 },
+        ];
+        assert_eq!(figures(&done, 103.0), "fmt ok 3 s, test FAILED 100 s; 103 s in all");
+    }
 }

@@ -1,19 +1,19 @@
 //! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets in `fuzz/` (docs/FUZZING.md).
 //!
 //! Every target is built once (release, debug assertions and overflow checks on,
-//! AddressSanitizer), then run for a fixed time each: `ci` 35 s per target with a fixed seed (a
-//! CI failure is reproducible), `long` any time per target, pinned to one CPU at low priority.
+//! AddressSanitizer), then run: `ci` replays every committed seed, then a fixed number of
+//! mutations per target with a fixed seed, from an empty working corpus (what it covers does not
+//! depend on the machine's speed, and a CI failure reproduces anywhere); `long` any time per
+//! target, pinned to one CPU at low priority.
 //! Any crash, panic, sanitizer report, leak, slow input (over `--timeout`) or out-of-memory fails
 //! the run; libFuzzer's own final statistics give each target's executions and peak memory.
 //! Growing corpora live in `fuzz/work/<target>` (not committed); the committed seeds in
 //! `fuzz/corpus/<target>` are only read; crash inputs land in `fuzz/artifacts/<target>/`.
 
-use crate::cmd::{self, root};
-use crate::{log, report};
+use crate::util::{self, log};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -24,11 +24,12 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Mode {
-    /// Every target for a short fixed time with a fixed seed (what CI runs).
+    /// Every committed seed, then a fixed number of mutations per target with seed 1 (what CI
+    /// runs).
     Ci {
-        /// Seconds per target.
-        #[arg(long, env = "FUZZ_CI_SECONDS", default_value_t = 35)]
-        seconds: u64,
+        /// Executions per target after the seeds.
+        #[arg(long, env = "FUZZ_CI_RUNS", default_value_t = 20_000)]
+        runs: u64,
     },
     /// Every target (or one) for a long time, one after the other, on one CPU at nice 10.
     Long {
@@ -43,6 +44,16 @@ enum Mode {
     },
     /// Build the targets only.
     Build,
+}
+
+/// How long a target runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Budget {
+    /// A fixed number of executions after the seeds, seed 1, from an empty working corpus: the
+    /// same inputs on any machine.
+    Runs(u64),
+    /// A time limit, growing the target's working corpus `fuzz/work/<target>`.
+    Seconds(u64),
 }
 
 /// How one target's run went, from libFuzzer's final statistics.
@@ -69,43 +80,28 @@ struct Toolchain {
 
 impl Toolchain {
     fn detect() -> Result<Toolchain> {
-        cmd::require(
-            "cargo-fuzz",
-            "to fuzz (cargo install cargo-fuzz --version 0.13.2 --locked)",
-        )?;
-        let nightly = Command::new("rustup")
-            .args(["run", "nightly", "rustc", "--version"])
-            .stderr(Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success());
-        Ok(match nightly {
-            Some(o) => Toolchain {
-                nightly: true,
-                name: format!("nightly ({})", String::from_utf8_lossy(&o.stdout).trim()),
-            },
-            None => Toolchain {
-                nightly: false,
-                name: "stable with RUSTC_BOOTSTRAP=1".to_string(),
-            },
+        let why = "to fuzz (cargo install cargo-fuzz --version 0.13.2 --locked)";
+        util::require("cargo-fuzz", why)?;
+        let nightly = duct::cmd!("rustup", "run", "nightly", "rustc", "--version");
+        Ok(match nightly.stderr_null().read() {
+            Ok(v) => Toolchain { nightly: true, name: format!("nightly ({})", v.trim()) },
+            Err(_) => Toolchain { nightly: false, name: "stable with RUSTC_BOOTSTRAP=1".into() },
         })
     }
 
     /// `[wrapper...] cargo [+nightly] fuzz <args>`, in `fuzz/`.
-    fn command(&self, wrapper: &[String], args: &[&str]) -> Command {
-        let mut argv: Vec<String> = wrapper.to_vec();
+    fn command(&self, wrapper: &[String], args: &[String]) -> duct::Expression {
+        let mut argv = wrapper.to_vec();
         argv.push("cargo".into());
-        if self.nightly {
-            argv.push("+nightly".into());
-        }
+        argv.extend(self.nightly.then(|| "+nightly".to_string()));
         argv.push("fuzz".into());
-        argv.extend(args.iter().map(|a| a.to_string()));
-        let mut c = Command::new(&argv[0]);
-        c.args(&argv[1..]).current_dir(root().join("fuzz"));
-        if !self.nightly {
-            c.env("RUSTC_BOOTSTRAP", "1");
+        argv.extend(args.iter().cloned());
+        let e = duct::cmd(&argv[0], &argv[1..]).dir(util::root().join("fuzz"));
+        if self.nightly {
+            e
+        } else {
+            e.env("RUSTC_BOOTSTRAP", "1")
         }
-        c
     }
 }
 
@@ -113,111 +109,93 @@ pub fn run(args: Args) -> Result<()> {
     let tc = Toolchain::detect()?;
     log!("fuzz: {}, AddressSanitizer on", tc.name);
     let t = Instant::now();
-    cmd::run(&mut tc.command(&[], &["build"]))?;
+    util::run(&tc.command(&[], &["build".into()]))?;
     log!("fuzz: build took {:.0} s", t.elapsed().as_secs_f64());
-    let (seconds, only, pin, name) = match args.mode {
-        Mode::Build => return report::verdict("fuzz build", true, "", &tc.name),
-        Mode::Ci { seconds } => (seconds, None, None, "fuzz ci"),
-        Mode::Long {
-            seconds,
-            target,
-            cpu,
-        } => (seconds, target, Some(cpu), "fuzz long"),
+    let (budget, only, pin, name) = match args.mode {
+        Mode::Build => return util::verdict("fuzz build", true, "", &tc.name),
+        Mode::Ci { runs } => (Budget::Runs(runs), None, None, "fuzz ci"),
+        Mode::Long { seconds, target, cpu } => {
+            (Budget::Seconds(seconds), target, Some(cpu), "fuzz long")
+        }
     };
     let targets: Vec<String> = match only {
         Some(t) => vec![t],
-        None => cmd::output(&mut tc.command(&[], &["list"]))?
-            .lines()
-            .map(str::to_string)
-            .collect(),
+        None => util::read(&tc.command(&[], &["list".into()]))?.lines().map(Into::into).collect(),
     };
-    let mut runs = Vec::new();
-    for target in &targets {
-        runs.push(run_target(&tc, target, seconds, pin, name == "fuzz ci")?);
-    }
-    let figures = runs
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} execs ({}/s)",
-                r.target,
-                r.executions.map_or("?".into(), |e| e.to_string()),
-                r.per_second.unwrap_or(0)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let passed = runs.iter().all(|r| r.passed);
-    report::verdict(name, passed, &figures, &runs)
+    let runs =
+        targets.iter().map(|t| run_target(&tc, t, budget, pin)).collect::<Result<Vec<_>>>()?;
+    util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)
 }
 
-fn run_target(
-    tc: &Toolchain,
-    target: &str,
-    seconds: u64,
-    pin: Option<u32>,
-    fixed_seed: bool,
-) -> Result<TargetRun> {
-    let dir = root().join("fuzz");
-    for sub in ["work", "artifacts", "corpus"] {
-        std::fs::create_dir_all(dir.join(sub).join(target))?;
-    }
-    std::fs::create_dir_all(dir.join("work/logs"))?;
-    let mut lib_args = vec![
-        format!("-max_total_time={seconds}"),
-        "-timeout=10".to_string(),
-        "-rss_limit_mb=2048".to_string(),
-        "-print_final_stats=1".to_string(),
+/// libFuzzer's options for `target`: the budget, limits, final statistics, and the target's
+/// dictionary and input length where `fuzz/` has them.
+fn libfuzzer_args(target: &str, budget: Budget, dict: bool, max_len: Option<&str>) -> Vec<String> {
+    let mut a = vec![
+        // libFuzzer executes every seed before it counts mutations toward `-runs`.
+        match budget {
+            Budget::Runs(n) => format!("-runs={n}"),
+            Budget::Seconds(t) => format!("-max_total_time={t}"),
+        },
+        "-timeout=10".into(),
+        "-rss_limit_mb=2048".into(),
+        "-print_final_stats=1".into(),
         format!("-artifact_prefix=artifacts/{target}/"),
     ];
-    let dict = dir.join(format!("dict/{target}.dict"));
-    if dict.exists() {
-        lib_args.push(format!("-dict=dict/{target}.dict"));
+    a.extend(dict.then(|| format!("-dict=dict/{target}.dict")));
+    a.extend(matches!(budget, Budget::Runs(_)).then(|| "-seed=1".to_string()));
+    a.extend(max_len.map(|n| format!("-max_len={}", n.trim())));
+    a
+}
+
+/// libFuzzer's final `stat::<key>: <value>` in a log.
+fn stat(log: &str, key: &str) -> Option<u64> {
+    let prefix = format!("stat::{key}:");
+    log.lines().rev().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+fn run_target(tc: &Toolchain, target: &str, budget: Budget, pin: Option<u32>) -> Result<TargetRun> {
+    let dir = util::root().join("fuzz");
+    let work = match budget {
+        Budget::Runs(_) => format!("work/ci-{target}"),
+        Budget::Seconds(_) => format!("work/{target}"),
+    };
+    if let Budget::Runs(_) = budget {
+        // What an earlier run found must not change what this one executes.
+        let _ = std::fs::remove_dir_all(dir.join(&work));
     }
-    if fixed_seed {
-        lib_args.push("-seed=1".to_string());
+    for d in [work.clone(), format!("artifacts/{target}"), format!("corpus/{target}")] {
+        std::fs::create_dir_all(dir.join(d))?;
     }
-    if let Ok(n) = std::fs::read_to_string(dir.join(format!("options/{target}.max_len"))) {
-        lib_args.push(format!("-max_len={}", n.trim()));
-    }
+    std::fs::create_dir_all(dir.join("work/logs"))?;
+    let max_len = std::fs::read_to_string(dir.join(format!("options/{target}.max_len"))).ok();
+    let dict = dir.join(format!("dict/{target}.dict")).exists();
+    let lib_args = libfuzzer_args(target, budget, dict, max_len.as_deref());
     // Long runs stay on one core at low priority; a backstop `timeout` ends a fuzzer that stops
-    // reporting (libFuzzer itself stops at max_total_time).
-    let mut wrapper = vec!["timeout".to_string(), (seconds + 300).to_string()];
+    // reporting (libFuzzer itself stops at its budget).
+    let backstop = match budget {
+        Budget::Runs(_) => 3600,
+        Budget::Seconds(t) => t + 300,
+    };
+    let mut wrapper = vec!["timeout".to_string(), backstop.to_string()];
     if let Some(cpu) = pin {
         wrapper.extend(["taskset", "-c", &cpu.to_string(), "nice", "-n", "10"].map(String::from));
     }
-    let (work, corpus) = (format!("work/{target}"), format!("corpus/{target}"));
-    let mut run_args = vec!["run", target, &work, &corpus, "--"];
-    run_args.extend(lib_args.iter().map(String::as_str));
-    let mut c = tc.command(&wrapper, &run_args);
+    let mut run_args = vec!["run".into(), target.into(), work.clone(), format!("corpus/{target}")];
+    run_args.push("--".into());
+    run_args.extend(lib_args.iter().cloned());
     let log_path = dir.join(format!("work/logs/{target}.log"));
-    let log_file = std::fs::File::create(&log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
-    c.stdout(log_file.try_clone()?).stderr(log_file);
-    log!("fuzz {target}: {seconds} s");
+    log!("fuzz {target}: {}", lib_args[0]);
     let t = Instant::now();
-    let status = c.status().context("cannot start cargo fuzz")?;
+    let e = tc.command(&wrapper, &run_args).stdout_path(&log_path).stderr_to_stdout();
+    let status = e.unchecked().run().context("cannot start cargo fuzz")?.status;
     let elapsed = t.elapsed();
     let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let stat = |key: &str| -> Option<u64> {
-        text.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
-    };
-    let executions = stat("stat::number_of_executed_units:");
+    let executions = stat(&text, "number_of_executed_units");
     let passed = status.success() && executions.is_some();
     if !passed {
         log!("---- last lines of {} ----", log_path.display());
-        for l in text
-            .lines()
-            .rev()
-            .take(60)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            eprintln!("{l}");
-        }
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("{}", lines[lines.len().saturating_sub(60)..].join("\n"));
     }
     let secs = elapsed.max(Duration::from_secs(1)).as_secs_f64();
     let r = TargetRun {
@@ -227,23 +205,74 @@ fn run_target(
         seconds: elapsed.as_secs_f64(),
         executions,
         per_second: executions.map(|e| (e as f64 / secs) as u64),
-        peak_rss_mb: stat("stat::peak_rss_mb:"),
-        new_corpus_files: count_files(&dir.join("work").join(target)),
+        peak_rss_mb: stat(&text, "peak_rss_mb"),
+        new_corpus_files: count_files(&dir.join(&work)),
         seeds: count_files(&dir.join("corpus").join(target)),
         log: log_path.display().to_string(),
     };
+    let show = |v: Option<u64>| v.map_or("?".into(), |e| e.to_string());
     log!(
         "fuzz {target}: {}, {} executions in {:.0} s, corpus {} new + {} seeds, peak RSS {} MB",
         if r.passed { "ok" } else { "FAILED" },
-        r.executions.map_or("?".into(), |e| e.to_string()),
+        show(r.executions),
         r.seconds,
         r.new_corpus_files,
         r.seeds,
-        r.peak_rss_mb.map_or("?".into(), |m| m.to_string())
+        show(r.peak_rss_mb)
     );
     Ok(r)
 }
 
+/// `http 20512 execs (680/s), payload ...`.
+fn figures(runs: &[TargetRun]) -> String {
+    let each = runs.iter().map(|r| {
+        let execs = r.executions.map_or("?".into(), |e| e.to_string());
+        format!("{} {execs} execs ({}/s)", r.target, r.per_second.unwrap_or(0))
+    });
+    each.collect::<Vec<_>>().join(", ")
+}
+
 fn count_files(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| d.filter(|e| e.is_ok()).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_runs_are_fixed_and_seeded_long_runs_timed() {
+        let ci = libfuzzer_args("http", Budget::Runs(20_000), true, Some("4096\n"));
+        assert_eq!(ci[0], "-runs=20000");
+        assert!(ci.contains(&"-seed=1".into()) && ci.contains(&"-dict=dict/http.dict".into()));
+        assert_eq!(ci.last().unwrap(), "-max_len=4096");
+        let long = libfuzzer_args("index", Budget::Seconds(1800), false, None);
+        assert_eq!(long[0], "-max_total_time=1800");
+        assert!(!long.iter().any(|a| a.starts_with("-seed") || a.starts_with("-dict")));
+        assert!(long.contains(&"-artifact_prefix=artifacts/index/".into()));
+    }
+
+    #[test]
+    fn final_statistics_are_read_and_shown() {
+        let log = "#2 INITED\nstat::number_of_executed_units: 20512\nstat::peak_rss_mb: 98\n";
+        assert_eq!(
+            (stat(log, "number_of_executed_units"), stat(log, "peak_rss_mb")),
+            (Some(20512), Some(98))
+        );
+        assert_eq!(stat("==1==ERROR: AddressSanitizer", "peak_rss_mb"), None);
+        let run = |target: &str, executions| TargetRun {
+            target: target.into(),
+            passed: true,
+            exit: Some(0),
+            seconds: 30.0,
+            executions,
+            per_second: executions.map(|e| e / 30),
+            peak_rss_mb: None,
+            new_corpus_files: 0,
+            seeds: 3,
+            log: String::new(),
+        };
+        let shown = figures(&[run("http", Some(21_000)), run("index", None)]);
+        assert_eq!(shown, "http 21000 execs (700/s), index ? execs (0/s)");
+    }
 }

@@ -2,25 +2,29 @@
 //!
 //! Every harness the project has is a subcommand here; `scripts/` keeps only the README's two
 //! commands and the package installer they share. Each command prints progress on stderr, ends
-//! with one verdict line (`<command>: PASS|FAIL <figures>`, see [`report`]) and writes the same
-//! result as JSON under `target/xtask/`.
+//! with one verdict line (`<command>: PASS|FAIL <figures>`) and writes the same result as JSON
+//! under `<target>/xtask/` (cargo's target directory, `CARGO_TARGET_DIR` honoured).
 //!
 //! | command | what it does |
 //! |---|---|
 //! | `ci` | what `.ci/run` runs after setup: formatting, lints, tests and every gate below |
 //! | `verify` | the public test set through the handler; vectors and 5 neighbours against the labeller crate |
 //! | `lambda` | the Lambda binary under AWS's emulator, and the `sam build` path |
-//! | `stack ...` | the contest stack in docker compose: images, replica runs, floor, bound, gates |
+//! | `stack ...` | the contest stack in docker compose: images, replica runs, floor, gates |
 //! | `fuzz` | the cargo-fuzz targets under AddressSanitizer |
 //! | `bench` | criterion benchmarks of the search |
+//!
+//! Layout: [`util`] holds every shared helper and imports nothing of the harness; each command
+//! module imports only `util` and its own children. The instruments that CI never runs (`bench`,
+//! `lambda cold-start` and `sam-local` in `lambda::measure`, `stack batch` with its chart and
+//! external compose projects in `stack::measure`) sit apart from the gates.
 
 mod bench;
 mod ci;
-mod cmd;
 mod fuzz;
 mod lambda;
-mod report;
 mod stack;
+mod util;
 mod verify;
 
 use anyhow::Result;
@@ -53,13 +57,26 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+    // A relative CARGO_TARGET_DIR is relative to where cargo was started; the commands run from
+    // the workspace root, so it is made absolute once, here.
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        std::env::set_var("CARGO_TARGET_DIR", std::path::absolute(dir)?);
+    }
+    match Cli::parse().command {
         Command::Ci(a) => ci::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Lambda(a) => lambda::run(a),
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::Bench(a) => bench::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

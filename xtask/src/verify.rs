@@ -14,17 +14,15 @@
 //!    odd-but-valid requests (local-runner/tests/data/hostile-valid.json) are still the
 //!    labeller's.
 //!
+//! The binaries are built and run from cargo's target directory (`CARGO_TARGET_DIR` honoured).
 //! Verdict: `verify: PASS|FAIL answers 54100/54100 ...; neighbours N compared, 0 differences ...`.
 
-use crate::cmd::{cmd, output, root, run as run_cmd};
-use crate::report::verdict;
-use anyhow::{Context, Result};
+use crate::util::{self, cmd, log, TEST_SET};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-/// The public test set.
-const TEST_SET: &str = "tests/data/test-data.json.gz";
-/// Its size: every one must be answered exactly.
+/// The size of the public test set: every one must be answered exactly.
 const PUBLIC: u64 = 54_100;
 const HOSTILE: &str = "local-runner/tests/data/hostile-valid.json";
 
@@ -48,7 +46,7 @@ pub struct Args {
 }
 
 /// The last line of `local-runner verify`.
-#[derive(Deserialize, Serialize, Debug)]
+#[derive(Deserialize, Serialize, Debug, Default)]
 struct Answers {
     total: u64,
     tp: u64,
@@ -64,7 +62,7 @@ struct Answers {
 }
 
 /// The last line of `local-runner verify --neighbours`.
-#[derive(Deserialize, Serialize, Debug)]
+#[derive(Deserialize, Serialize, Debug, Default)]
 struct Neighbours {
     compared: u64,
     public: u64,
@@ -79,108 +77,74 @@ struct Neighbours {
     wall_s: f64,
 }
 
-#[derive(Serialize)]
-struct Detail {
+/// What the three checks gave.
+#[derive(Serialize, Default)]
+struct Gathered {
     answers: Answers,
     answers_wall_s: f64,
     neighbours: Neighbours,
     hostile_current: bool,
 }
 
-/// The JSON object on the last line of a command's stdout.
-fn last_json<T: for<'de> Deserialize<'de>>(stdout: &str, what: &str) -> Result<T> {
-    let line = stdout
-        .lines()
-        .last()
-        .with_context(|| format!("{what} printed nothing"))?;
-    serde_json::from_str(line).with_context(|| format!("{what}: unexpected last line {line:?}"))
+pub fn run(args: Args) -> Result<()> {
+    let g = gather(&args)?;
+    util::verdict("verify", judge(&args, &g), &figures(&g), &g)
 }
 
-pub fn run(args: Args) -> Result<()> {
-    run_cmd(&mut cmd(
-        "cargo",
-        ["build", "--release", "-p", "local-runner", "-p", "labeller"],
-    ))?;
-    let bin = |name: &str| {
-        root()
-            .join("target/release")
-            .join(name)
-            .display()
-            .to_string()
-    };
-    let local_runner = &bin("local-runner");
-
-    crate::log!("answers: the {PUBLIC} public payloads through the handler");
+fn gather(args: &Args) -> Result<Gathered> {
+    util::run(&cmd!("cargo", "build", "--release", "-p", "local-runner", "-p", "labeller"))?;
+    let release = util::target_dir().join("release");
+    let local_runner = release.join("local-runner");
+    log!("answers: the {PUBLIC} public payloads through the handler");
     let t = Instant::now();
-    let answers: Answers = last_json(
-        &output(&mut cmd(local_runner, ["verify", TEST_SET]))?,
-        "local-runner verify",
-    )?;
+    let out = util::read(&cmd!(&local_runner, "verify", TEST_SET))?;
+    let answers = util::last_json(&out, "local-runner verify")?;
     let answers_wall_s = t.elapsed().as_secs_f64();
 
-    let (sample, generated, adversarial, seed) = (
-        args.sample.to_string(),
-        args.generated.to_string(),
-        args.adversarial.to_string(),
-        args.seed.to_string(),
-    );
-    let mut neighbours_cmd = cmd(
-        local_runner,
-        [
-            "verify",
-            "--neighbours",
-            TEST_SET,
-            "--generated",
-            &generated,
-            "--adversarial",
-            &adversarial,
-            "--seed",
-            &seed,
-        ],
-    );
+    log!("neighbours: the embedded index's search against the labeller");
+    let (gen, adv, seed) = (args.generated.to_string(), args.adversarial.to_string(), args.seed);
+    let (seed, sample) = (seed.to_string(), args.sample.to_string());
+    let mut argv = vec!["verify", "--neighbours", TEST_SET, "--generated", &gen];
+    argv.extend(["--adversarial", &adv, "--seed", &seed]);
     if !args.all_neighbours {
-        neighbours_cmd.args(["--sample", &sample]);
+        argv.extend(["--sample", &sample]);
     }
-    crate::log!("neighbours: the embedded index's search against the labeller");
-    let neighbours: Neighbours = last_json(
-        &output(&mut neighbours_cmd)?,
-        "local-runner verify --neighbours",
-    )?;
+    let out = util::read(&duct::cmd(&local_runner, argv).dir(util::root()))?;
+    let neighbours = util::last_json(&out, "local-runner verify --neighbours")?;
 
-    crate::log!("hostile cases: recorded answers against the labeller");
-    let hostile_current = cmd(&bin("labeller"), ["relabel", "--check", HOSTILE])
-        .status()
-        .context("cannot start labeller")?
-        .success();
+    log!("hostile cases: recorded answers against the labeller");
+    let check = cmd!(release.join("labeller"), "relabel", "--check", HOSTILE).unchecked().run();
+    Ok(Gathered { answers, answers_wall_s, neighbours, hostile_current: check?.status.success() })
+}
 
-    let public_wanted = if args.all_neighbours {
-        PUBLIC
-    } else {
-        args.sample.min(PUBLIC)
-    };
-    let answers_ok = answers.total == PUBLIC
-        && answers.fp + answers.fn_ + answers.errors + answers.score_mismatches == 0;
-    let n = &neighbours;
+/// Every answer exact; every neighbour compared as asked with no difference, and ties there.
+fn judge(args: &Args, g: &Gathered) -> bool {
+    let (a, n) = (&g.answers, &g.neighbours);
+    let public_wanted = if args.all_neighbours { PUBLIC } else { args.sample.min(PUBLIC) };
+    let answers_ok = a.total == PUBLIC && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
     let neighbours_ok = n.public == public_wanted
         && n.generated == args.generated
         && n.adversarial == args.adversarial
         && n.compared == n.public + n.generated + n.adversarial
         && n.vector_differences + n.neighbour_differences + n.decision_differences == 0
         && (args.adversarial == 0 || n.ties_across_fifth > 0);
-    let figures = format!(
-        "answers {}/{} exact (FP {}, FN {}, errors {}, detection {:.2}, {:.1} s); \
+    answers_ok && neighbours_ok && g.hostile_current
+}
+
+fn figures(g: &Gathered) -> String {
+    let (a, n) = (&g.answers, &g.neighbours);
+    // A wrong decision is also a wrong score, so these two count every inexact answer.
+    let exact = a.total.saturating_sub(a.errors + a.score_mismatches);
+    format!(
+        "answers {exact}/{} exact (FP {}, FN {}, errors {}, detection {:.2}, {:.1} s); \
          neighbours {} compared ({} public, {} generated, {} adversarial), {} vector, {} neighbour, \
          {} decision differences, {} ties across 5th ({} decided by f64), {:.1} s; hostile cases {}",
-        // A wrong decision is also a wrong score, so these two count every inexact answer.
-        answers
-            .total
-            .saturating_sub(answers.errors + answers.score_mismatches),
-        answers.total,
-        answers.fp,
-        answers.fn_,
-        answers.errors,
-        answers.detection_score,
-        answers_wall_s,
+        a.total,
+        a.fp,
+        a.fn_,
+        a.errors,
+        a.detection_score,
+        g.answers_wall_s,
         n.compared,
         n.public,
         n.generated,
@@ -191,18 +155,58 @@ pub fn run(args: Args) -> Result<()> {
         n.ties_across_fifth,
         n.ties_decided_by_f64,
         n.wall_s,
-        if hostile_current { "current" } else { "STALE" },
-    );
-    let passed = answers_ok && neighbours_ok && hostile_current;
-    verdict(
-        "verify",
-        passed,
-        &figures,
-        &Detail {
-            answers,
-            answers_wall_s,
-            neighbours,
-            hostile_current,
-        },
+        if g.hostile_current { "current" } else { "STALE" },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `local-runner verify` and `verify --neighbours` print last (recorded samples).
+    const ANSWERS: &str = r#"{"total":54100,"tp":24500,"tn":29600,"fp":0,"fn":0,"errors":0,"score_mismatches":0,"detection_score":3000.0,"p50_us":8.5,"p99_us":30.1}"#;
+    const NEIGHBOURS: &str = r#"{"compared":4500,"public":2000,"generated":2000,"adversarial":500,"refused_by_both":0,"vector_differences":0,"neighbour_differences":0,"decision_differences":0,"ties_across_fifth":37,"ties_decided_by_f64":2,"wall_s":12.5}"#;
+
+    fn args() -> Args {
+        Args { sample: 2000, all_neighbours: false, generated: 2000, adversarial: 500, seed: 1 }
+    }
+
+    fn gathered() -> Gathered {
+        Gathered {
+            answers: util::last_json(&format!("progress\n{ANSWERS}"), "a").unwrap(),
+            answers_wall_s: 3.0,
+            neighbours: util::last_json(NEIGHBOURS, "n").unwrap(),
+            hostile_current: true,
+        }
+    }
+
+    #[test]
+    fn exact_answers_and_no_difference_pass() {
+        let g = gathered();
+        assert!(judge(&args(), &g));
+        assert_eq!(
+            figures(&g),
+            "answers 54100/54100 exact (FP 0, FN 0, errors 0, detection 3000.00, 3.0 s); \
+             neighbours 4500 compared (2000 public, 2000 generated, 500 adversarial), 0 vector, \
+             0 neighbour, 0 decision differences, 37 ties across 5th (2 decided by f64), 12.5 s; \
+             hostile cases current"
+        );
+    }
+
+    #[test]
+    fn any_difference_or_a_short_comparison_fails() {
+        let mut g = gathered();
+        g.answers.fp = 1;
+        assert!(!judge(&args(), &g));
+        let mut g = gathered();
+        g.neighbours.neighbour_differences = 1;
+        assert!(!judge(&args(), &g));
+        let mut g = gathered();
+        g.neighbours.ties_across_fifth = 0;
+        assert!(!judge(&args(), &g));
+        assert!(!judge(&Args { all_neighbours: true, ..args() }, &gathered()));
+        let mut g = gathered();
+        g.hostile_current = false;
+        assert!(!judge(&args(), &g) && figures(&g).ends_with("hostile cases STALE"));
+    }
 }

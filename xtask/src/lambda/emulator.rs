@@ -7,12 +7,12 @@
 //! RIE's reports (`INIT REPORT`, `REPORT ... Duration`) go to one log file, read back at the end
 //! ([`Log`]). With `cpus`, the bootstrap (not the RIE) runs under a CFS quota as on Lambda.
 
+use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
@@ -28,7 +28,7 @@ pub struct Settings {
 }
 
 pub struct Emulator {
-    child: Child,
+    child: duct::Handle,
     api: SocketAddr,
     agent: ureq::Agent,
     log: PathBuf,
@@ -39,8 +39,7 @@ pub struct Emulator {
 impl Emulator {
     /// Starts the RIE for the bootstrap in `package_dir`, writing its output to `log`.
     pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: PathBuf) -> Result<Emulator> {
-        let api = free_port()?;
-        let runtime_api = free_port()?;
+        let (api, runtime_api) = (free_port()?, free_port()?);
         let (entry, cgroup) = match s.cpus {
             Some(cpus) => {
                 let (wrapper, cgroup) = cpu_limited(cpus, log.with_extension("wrapper"))?;
@@ -50,13 +49,11 @@ impl Emulator {
         };
         let out = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
-        let child = std::process::Command::new(rie)
-            .arg("--runtime-interface-emulator-address")
-            .arg(api.to_string())
-            .arg("--runtime-api-address")
-            .arg(runtime_api.to_string())
-            .arg(&entry)
-            .current_dir(package_dir)
+        let (api_arg, runtime_arg) = (api.to_string(), runtime_api.to_string());
+        let flags = ["--runtime-interface-emulator-address", &api_arg, "--runtime-api-address"];
+        let e = duct::cmd!(rie, flags[0], flags[1], flags[2], runtime_arg, &entry);
+        let e = e.dir(package_dir).stdin_null().stdout_file(out.try_clone()?).stderr_file(out);
+        let child = e
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
             .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
             // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
@@ -64,88 +61,51 @@ impl Emulator {
             .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
             .env("FRAUD_PREFAULT", if s.prefault { "1" } else { "0" })
             .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
+            .unchecked()
+            .start()
             .with_context(|| format!("cannot start {}", rie.display()))?;
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(15)))
             .http_status_as_error(false)
             .build()
             .into();
-        Ok(Emulator {
-            child,
-            api,
-            agent,
-            log,
-            cgroup,
-            launched: Instant::now(),
-        })
+        Ok(Emulator { child, api, agent, log, cgroup, launched: Instant::now() })
     }
 
     /// Waits (at most 20 s) until the RIE accepts connections; returns the time since launch.
     pub fn wait_listening(&mut self) -> Result<Duration> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        util::poll("the emulator's API", Duration::from_secs(20), Duration::from_millis(5), || {
             if TcpStream::connect_timeout(&self.api, Duration::from_secs(1)).is_ok() {
-                return Ok(self.launched.elapsed());
+                return Ok(Ok(self.launched.elapsed()));
             }
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "the emulator exited ({status}); log in {}",
-                    self.log.display()
-                );
+            if let Some(out) = self.child.try_wait()? {
+                bail!("the emulator exited ({}); log in {}", out.status, self.log.display());
             }
-            if Instant::now() > deadline {
-                bail!("the emulator did not listen within 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            Ok(Err("not listening".into()))
+        })
     }
 
     /// Sends one event; returns the emulator's answer (the function's JSON) and the round trip.
     pub fn invoke(&self, event: &[u8]) -> Result<(Vec<u8>, Duration)> {
         let url = format!("http://{}{INVOKE}", self.api);
         let t = Instant::now();
-        let mut resp = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json")
+        let mut resp = (self.agent.post(&url).header("content-type", "application/json"))
             .send(event)
             .context("invoke through the emulator")?;
         let body = resp.body_mut().read_to_vec()?;
         let rtt = t.elapsed();
         if resp.status() != 200 {
-            bail!(
-                "the emulator answered HTTP {}: {}",
-                resp.status(),
-                String::from_utf8_lossy(&body[..body.len().min(300)])
-            );
+            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            bail!("the emulator answered HTTP {}: {shown}", resp.status());
         }
         Ok((body, rtt))
     }
 
     /// Memory of the running bootstrap (its index pages count as file-backed RSS).
     pub fn bootstrap_memory(&self) -> Option<Memory> {
-        let pid = descendants(self.child.id())
-            .into_iter()
-            .find(|p| comm(*p).as_deref() == Some("bootstrap"))?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kb = |key: &str| -> Option<u64> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        };
-        Some(Memory {
-            peak_rss_kb: kb("VmHWM")?,
-            rss_anon_kb: kb("RssAnon")?,
-            rss_file_kb: kb("RssFile")?,
-        })
+        let pids = self.child.pids().into_iter().flat_map(descendants);
+        let pid = pids.into_iter().find(|p| comm(*p).as_deref() == Some("bootstrap"))?;
+        Memory::parse(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
     }
 
     /// Stops the RIE and the bootstrap, then reads the log as it was before they were stopped
@@ -160,21 +120,20 @@ impl Emulator {
     }
 
     fn kill(&mut self) {
-        for pid in descendants(self.child.id()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        use nix::sys::signal::{kill, Signal};
+        for pid in self.child.pids().into_iter().flat_map(descendants) {
+            let _ = kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(cg) = self.cgroup.take() {
             // The group empties once the killed bootstrap is reaped by init.
-            for _ in 0..50 {
-                if std::fs::remove_dir(&cg).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let (limit, every) = (Duration::from_secs(1), Duration::from_millis(20));
+            let gone = util::poll("the CPU group", limit, every, || {
+                Ok(std::fs::remove_dir(&cg).map_err(|e| e.to_string()))
+            });
+            if let Err(e) = gone {
+                log!("cannot remove {}: {e:#}", cg.display());
             }
         }
     }
@@ -186,11 +145,26 @@ impl Drop for Emulator {
     }
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+/// The bootstrap's memory, from `/proc/<pid>/status`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Memory {
     pub peak_rss_kb: u64,
     pub rss_anon_kb: u64,
     pub rss_file_kb: u64,
+}
+
+impl Memory {
+    fn parse(status: &str) -> Option<Memory> {
+        let kb = |key: &str| -> Option<u64> {
+            let line = status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
+            line.split_whitespace().next()?.parse().ok()
+        };
+        Some(Memory {
+            peak_rss_kb: kb("VmHWM")?,
+            rss_anon_kb: kb("RssAnon")?,
+            rss_file_kb: kb("RssFile")?,
+        })
+    }
 }
 
 /// A free loopback TCP address (the port is released for the RIE to take).
@@ -201,73 +175,44 @@ fn free_port() -> Result<SocketAddr> {
 /// A cgroup v1 CPU group with a quota of `cpus` per 100 ms period, and a two-line shell wrapper
 /// that moves itself into it and execs the bootstrap (the RIE starts the wrapper).
 fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
-    let cg = PathBuf::from(format!(
-        "/sys/fs/cgroup/cpu/xtask-lambda-{}",
-        std::process::id()
-    ));
+    use std::os::unix::fs::PermissionsExt;
+    let cg = PathBuf::from(format!("/sys/fs/cgroup/cpu/xtask-lambda-{}", std::process::id()));
     std::fs::create_dir(&cg).with_context(|| {
-        format!(
-            "cannot create {} (needs root and a cgroup v1 cpu controller)",
-            cg.display()
-        )
+        format!("cannot create {} (needs root and a cgroup v1 cpu controller)", cg.display())
     })?;
     std::fs::write(cg.join("cpu.cfs_period_us"), "100000")?;
-    std::fs::write(
-        cg.join("cpu.cfs_quota_us"),
-        ((cpus * 100_000.0).round() as u64).to_string(),
-    )?;
-    let procs = cg.join("cgroup.procs");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho $$ > {} && exec ./bootstrap\n",
-            procs.display()
-        ),
-    )?;
-    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(cg.join("cpu.cfs_quota_us"), ((cpus * 100_000.0).round() as u64).to_string())?;
+    let procs = cg.join("cgroup.procs").display().to_string();
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho $$ > {procs} && exec ./bootstrap\n"))?;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
-    crate::log!("bootstrap limited to {cpus} CPU ({})", cg.display());
+    log!("bootstrap limited to {cpus} CPU ({})", cg.display());
     Ok((wrapper, cg))
 }
 
 /// A process's name (`/proc/<pid>/comm`).
 fn comm(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| s.trim().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
 }
 
 /// Every descendant of `pid`, from /proc (procps may be missing).
 fn descendants(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parens.
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            if let Some(pp) = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|s| s.parse::<u32>().ok())
-            {
-                parent_of.push((p, pp));
-            }
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parens.
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if let Some(pp) = ppid.and_then(|s| s.parse::<u32>().ok()) {
+            parent_of.push((p, pp));
         }
     }
     let mut found = vec![pid];
     let mut i = 0;
     while i < found.len() {
         let cur = found[i];
-        found.extend(
-            parent_of
-                .iter()
-                .filter(|(_, pp)| *pp == cur)
-                .map(|(p, _)| *p),
-        );
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == cur).map(|(p, _)| *p));
         i += 1;
     }
     found.remove(0);
@@ -283,10 +228,7 @@ pub struct Line {
 
 impl Line {
     pub fn message(&self) -> &str {
-        self.fields
-            .get("message")
-            .and_then(|m| m.as_str())
-            .unwrap_or("")
+        self.fields.get("message").and_then(|m| m.as_str()).unwrap_or("")
     }
 
     /// The fields as a typed record; fails on a missing or an unexpected field.
@@ -310,23 +252,24 @@ pub struct Log {
     pub crashed: bool,
 }
 
+/// The number that follows `key` in `line` (`INIT REPORT(durationMs: 3.25)`).
+fn number_after(line: &str, key: &str) -> Option<f64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    let end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
 impl Log {
     pub fn parse(text: &str) -> Log {
-        let init = regex::Regex::new(r"INIT REPORT\(durationMs: ([0-9.]+)\)").unwrap();
-        let duration = regex::Regex::new(r"\tDuration: ([0-9.]+) ms").unwrap();
         let mut log = Log::default();
         for l in text.lines() {
-            if let Some(c) = init.captures(l) {
-                log.init_report_ms = log.init_report_ms.or(c[1].parse().ok());
+            if log.init_report_ms.is_none() {
+                log.init_report_ms = number_after(l, "INIT REPORT(durationMs: ");
             }
             if l.starts_with("REPORT ") {
-                if let Some(c) = duration.captures(l) {
-                    log.durations_ms.push(c[1].parse().unwrap_or(f64::NAN));
-                }
+                log.durations_ms.extend(number_after(l, "\tDuration: "));
             }
-            if l.contains("Runtime.ExitError") || l.contains("panic") {
-                log.crashed = true;
-            }
+            log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
             if l.starts_with('{') {
                 match serde_json::from_str::<Line>(l) {
                     Ok(line) => log.lines.push(line),
@@ -344,9 +287,7 @@ impl Log {
 /// (`30 Nov 2026 14:52:00,123 [INFO] (rapid) ...`).
 fn is_emulator_line(l: &str) -> bool {
     l.is_empty()
-        || ["START ", "END ", "REPORT ", "INIT "]
-            .iter()
-            .any(|p| l.starts_with(p))
+        || ["START ", "END ", "REPORT ", "INIT "].iter().any(|p| l.starts_with(p))
         || l.contains(" (rapid) ")
 }
 
@@ -377,14 +318,15 @@ mod tests {
     }
 
     #[test]
-    fn descendants_of_this_process_include_a_child() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
+    fn memory_from_proc_status_and_descendants_from_proc() {
+        let status =
+            "Name:\tbootstrap\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\nRssFile:\t   93400 kB\n";
+        let want = Memory { peak_rss_kb: 93824, rss_anon_kb: 412, rss_file_kb: 93400 };
+        assert_eq!(Memory::parse(status), Some(want));
+        assert_eq!(Memory::parse("Name:\tx\n"), None);
+        let child = duct::cmd!("sleep", "5").start().unwrap();
         let found = descendants(std::process::id());
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found.contains(&child.id()), "{found:?}");
+        child.kill().unwrap();
+        assert!(found.contains(&child.pids()[0]), "{found:?}");
     }
 }

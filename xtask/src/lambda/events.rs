@@ -3,11 +3,10 @@
 //! tests/data/test-data.json.gz wrapped in the four event formats. Answers are read as
 //! `lambda_http` writes them (status, headers or multi-value headers, body, base64 flag).
 
-use crate::cmd::root;
+use crate::util::{root, Entry};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -50,10 +49,8 @@ struct Row {
 
 /// Reads an expected.tsv.
 pub fn parse_table(text: &str) -> Result<Vec<Case>> {
-    let mut reader = csv::ReaderBuilder::new()
-        .delimiter(b'\t')
-        .quoting(false)
-        .from_reader(text.as_bytes());
+    let mut reader =
+        csv::ReaderBuilder::new().delimiter(b'\t').quoting(false).from_reader(text.as_bytes());
     let mut cases = Vec::new();
     for row in reader.deserialize::<Row>() {
         let row = row?;
@@ -66,11 +63,7 @@ pub fn parse_table(text: &str) -> Result<Vec<Case>> {
                 ),
             },
         };
-        cases.push(Case {
-            event: row.event,
-            status: row.status,
-            expect,
-        });
+        cases.push(Case { event: row.event, status: row.status, expect });
     }
     Ok(cases)
 }
@@ -189,41 +182,14 @@ impl Answer {
     }
 }
 
-/// One public payload with the labeller's answer.
-#[derive(Deserialize)]
-pub struct Entry {
-    pub request: Box<RawValue>,
-    pub expected_approved: bool,
-    pub expected_fraud_score: f64,
-}
-
-#[derive(Deserialize)]
-struct TestFile {
-    entries: Vec<Entry>,
-}
-
-/// The public test set (54,100 entries).
-pub fn test_entries() -> Result<Vec<Entry>> {
-    let path = root().join("tests/data/test-data.json.gz");
-    let file =
-        std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut text)?;
-    let t: TestFile = serde_json::from_slice(&text)?;
-    Ok(t.entries)
-}
-
 /// `n` entries spread evenly over the file, then (with `edges`) every entry with exactly 3
 /// frauds in 5 (fraud score 0.6, where a tie rule or an off-by-one would show).
 pub fn spread(entries: &[Entry], n: usize, edges: bool) -> Vec<usize> {
-    let stride = (entries.len() / n.max(1)).max(1);
-    let mut picked: Vec<usize> = (0..entries.len()).step_by(stride).take(n).collect();
+    let mut picked = crate::util::spread(entries.len(), n);
     if edges {
         let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
-        picked.extend(
-            (0..entries.len())
-                .filter(|i| entries[*i].expected_fraud_score == 0.6 && !first.contains(i)),
-        );
+        let edge = |i: &usize| entries[*i].expected_fraud_score == 0.6 && !first.contains(i);
+        picked.extend((0..entries.len()).filter(edge));
     }
     picked
 }
@@ -235,9 +201,7 @@ impl Templates {
     pub fn load() -> Result<Templates> {
         let mut t = Vec::new();
         for s in SOURCES {
-            t.push(serde_json::from_slice(&read_event(&format!(
-                "{s}/legit.json"
-            ))?)?);
+            t.push(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?);
         }
         Ok(Templates(t))
     }
@@ -250,28 +214,16 @@ impl Templates {
     }
 }
 
-impl Entry {
-    /// Whether `answer` is the labeller's.
-    pub fn matches(&self, answer: &Answer) -> bool {
-        #[derive(Deserialize)]
-        struct Decision {
-            approved: bool,
-            fraud_score: f64,
-        }
-        answer.status == 200
-            && serde_json::from_str::<Decision>(&answer.body).is_ok_and(|d| {
-                d.approved == self.expected_approved
-                    && (d.fraud_score - self.expected_fraud_score).abs() < 1e-9
-            })
+/// Whether `answer` is the labeller's (`approved`, `fraud_score`).
+pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
+    #[derive(Deserialize)]
+    struct Decision {
+        approved: bool,
+        fraud_score: f64,
     }
-}
-
-/// The `p`-quantile (0..=1) of sorted values.
-pub fn quantile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((p * sorted.len() as f64) as usize).min(sorted.len() - 1)]
+    answer.status == 200
+        && serde_json::from_str::<Decision>(&answer.body)
+            .is_ok_and(|d| d.approved == approved && (d.fraud_score - fraud_score).abs() < 1e-9)
 }
 
 #[cfg(test)]
@@ -296,11 +248,7 @@ mod tests {
     fn answers_of_every_encoding_are_read() {
         let v2 = br#"{"statusCode":405,"headers":{"content-type":"application/json","allow":"POST"},"body":"{\"error\":\"method not allowed: use POST\"}","isBase64Encoded":false,"cookies":[]}"#;
         let a = Answer::parse(v2).unwrap();
-        let case = Case {
-            event: "x".into(),
-            status: 405,
-            expect: Expect::Error,
-        };
+        let case = Case { event: "x".into(), status: 405, expect: Expect::Error };
         assert_eq!(a.mismatch(&case), None);
         let v1 = br#"{"statusCode":200,"headers":{},"multiValueHeaders":{"Content-Type":["application/json"]},"body":"eyJyZWFkeSI6dHJ1ZX0=","isBase64Encoded":true}"#;
         let a = Answer::parse(v1).unwrap();
@@ -311,6 +259,25 @@ mod tests {
     }
 
     #[test]
+    fn replayed_answers_and_the_edges_of_the_replay() {
+        let body = r#"{"approved":false,"fraud_score":0.6}"#.into();
+        let a = Answer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            allow: None,
+            body,
+        };
+        assert!(matches(&a, false, 0.6) && !matches(&a, true, 0.6) && !matches(&a, false, 0.8));
+        let entry = |expected_fraud_score| {
+            let request = serde_json::value::RawValue::from_string("{}".into()).unwrap();
+            Entry { request, expected_approved: true, expected_fraud_score }
+        };
+        let entries: Vec<Entry> = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0].map(entry).into();
+        assert_eq!(spread(&entries, 2, true), [0, 3, 1, 4]);
+        assert_eq!(spread(&entries, 2, false), [0, 3]);
+    }
+
+    #[test]
     fn a_wrong_field_is_a_mismatch() {
         let a = Answer {
             status: 400,
@@ -318,11 +285,8 @@ mod tests {
             allow: None,
             body: r#"{"error":"merchant: missing field `mcc`"}"#.into(),
         };
-        let at = |f: &str| Case {
-            event: "x".into(),
-            status: 400,
-            expect: Expect::ErrorAt(f.into()),
-        };
+        let at =
+            |f: &str| Case { event: "x".into(), status: 400, expect: Expect::ErrorAt(f.into()) };
         assert_eq!(a.mismatch(&at("merchant")), None);
         assert!(a.mismatch(&at("terminal")).is_some());
     }

@@ -85,6 +85,12 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
+impl Report {
+    pub fn problem(p: String) -> Report {
+        Report { problems: vec![p], ..Report::default() }
+    }
+}
+
 /// Checks the log of a run whose invocations answered `statuses`, in order.
 pub fn check(log: &Log, statuses: &[u16], want: &Expected, prefault: bool) -> Report {
     let mut r = Report {
@@ -122,13 +128,9 @@ pub fn check(log: &Log, statuses: &[u16], want: &Expected, prefault: bool) -> Re
                 }
                 r.init = Some(init);
             }
-            Err(e) => r
-                .problems
-                .push(format!("init line: {e}: {:?}", line.fields)),
+            Err(e) => r.problems.push(format!("init line: {e}: {:?}", line.fields)),
         },
-        other => r
-            .problems
-            .push(format!("{} init lines, want 1", other.len())),
+        other => r.problems.push(format!("{} init lines, want 1", other.len())),
     }
     let failed: Vec<u16> = statuses.iter().copied().filter(|s| *s >= 400).collect();
     let mut logged = Vec::new();
@@ -142,8 +144,7 @@ pub fn check(log: &Log, statuses: &[u16], want: &Expected, prefault: bool) -> Re
             }
             _ => {
                 r.unexpected_lines += 1;
-                r.problems
-                    .push(format!("unexpected line {} {:?}", line.level, line.fields));
+                r.problems.push(format!("unexpected line {} {:?}", line.level, line.fields));
             }
         }
     }

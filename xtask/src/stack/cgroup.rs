@@ -39,17 +39,10 @@ impl Cgroup {
                 return Ok(direct);
             }
             search(&base, id, 3).with_context(|| {
-                format!(
-                    "no cgroup v1 {ctl} directory for container {id} under {}",
-                    base.display()
-                )
+                format!("no cgroup v1 {ctl} directory for container {id} under {}", base.display())
             })
         };
-        Ok(Cgroup {
-            memory: find("memory")?,
-            cpuacct: find("cpuacct")?,
-            cpu: find("cpu")?,
-        })
+        Ok(Cgroup { memory: find("memory")?, cpuacct: find("cpuacct")?, cpu: find("cpu")? })
     }
 
     /// Reads every counter.
@@ -58,10 +51,7 @@ impl Cgroup {
         let cpu_stat = read_keyed(&self.cpu.join("cpu.stat"))?;
         let oom = read_keyed(&self.memory.join("memory.oom_control"))?;
         let key = |kv: &[(String, u64)], k: &str| {
-            kv.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| *v)
-                .unwrap_or(0)
+            kv.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0)
         };
         Ok(Snapshot {
             memory_limit: mem("memory.limit_in_bytes")?,
@@ -111,9 +101,7 @@ fn search(dir: &Path, id: &str, depth: u32) -> Option<PathBuf> {
 
 fn read_u64(p: &Path) -> Result<u64> {
     let s = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-    s.trim()
-        .parse()
-        .with_context(|| format!("{}: not a number: {s:?}", p.display()))
+    s.trim().parse().with_context(|| format!("{}: not a number: {s:?}", p.display()))
 }
 
 /// `key value` lines (cpu.stat, memory.oom_control).

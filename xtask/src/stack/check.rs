@@ -8,12 +8,12 @@
 //! non-root `user`, `read_only: true`, `cap_drop: [ALL]` without `cap_add`,
 //! `no-new-privileges:true`. haproxy.cfg: `mode tcp`, `balance roundrobin`, no request logic.
 
-use super::docker::{inspect, Compose};
-use crate::cmd::root;
+use super::compose::{inspect, Compose};
+use crate::util::{log, root};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
+use yaml_serde::Value;
 
 #[derive(Deserialize)]
 struct File {
@@ -109,19 +109,15 @@ fn fixed_non_root(user: &str) -> bool {
 
 /// The rules on a compose configuration (YAML as `docker-compose config` prints it).
 pub fn rules(yaml: &str) -> Result<Report> {
-    let f: File = serde_yaml::from_str(yaml).context("parsing docker-compose config")?;
+    let f: File = yaml_serde::from_str(yaml).context("parsing docker-compose config")?;
     let mut r = Report::default();
     for (name, s) in &f.services {
-        let lim = s
-            .deploy
-            .as_ref()
-            .and_then(|d| d.resources.as_ref())
-            .and_then(|r| r.limits.as_ref());
+        let lim =
+            s.deploy.as_ref().and_then(|d| d.resources.as_ref()).and_then(|r| r.limits.as_ref());
         let cpus = lim.and_then(|l| l.cpus.as_ref()).map(scalar);
         let mem = lim.and_then(|l| l.memory.as_ref()).map(scalar);
         let (Some(cpus), Some(mem)) = (cpus, mem) else {
-            r.problems
-                .push(format!("{name}: no deploy.resources.limits cpus + memory"));
+            r.problems.push(format!("{name}: no deploy.resources.limits cpus + memory"));
             continue;
         };
         match (cpus.parse::<f64>(), memory_mb(&mem)) {
@@ -129,42 +125,30 @@ pub fn rules(yaml: &str) -> Result<Report> {
                 r.cpus += c;
                 r.memory_mb += m;
             }
-            _ => r
-                .problems
-                .push(format!("{name}: unreadable limits {cpus} / {mem}")),
+            _ => r.problems.push(format!("{name}: unreadable limits {cpus} / {mem}")),
         }
         if s.network_mode.is_some() || s.privileged {
-            r.problems
-                .push(format!("{name}: network_mode or privileged set"));
+            r.problems.push(format!("{name}: network_mode or privileged set"));
         }
         for p in &s.ports {
             if name != "haproxy" || scalar(&p.published) != "9999" {
-                r.problems
-                    .push(format!("{name}: publishes port {}", scalar(&p.published)));
+                r.problems.push(format!("{name}: publishes port {}", scalar(&p.published)));
             }
         }
         let user = s.user.as_ref().map(scalar).unwrap_or_default();
         if !fixed_non_root(&user) {
-            r.problems.push(format!(
-                "{name}: user {user:?} is not a fixed non-root uid[:gid]"
-            ));
+            r.problems.push(format!("{name}: user {user:?} is not a fixed non-root uid[:gid]"));
         }
         if !s.read_only {
             r.problems.push(format!("{name}: read_only is not true"));
         }
-        if s.cap_drop
-            .iter()
-            .map(|c| c.to_uppercase())
-            .collect::<Vec<_>>()
-            != ["ALL"]
+        if s.cap_drop.iter().map(|c| c.to_uppercase()).collect::<Vec<_>>() != ["ALL"]
             || !s.cap_add.is_empty()
         {
-            r.problems
-                .push(format!("{name}: cap_drop is not [ALL] (or cap_add is set)"));
+            r.problems.push(format!("{name}: cap_drop is not [ALL] (or cap_add is set)"));
         }
         if !s.security_opt.iter().any(|o| o == "no-new-privileges:true") {
-            r.problems
-                .push(format!("{name}: security_opt lacks no-new-privileges:true"));
+            r.problems.push(format!("{name}: security_opt lacks no-new-privileges:true"));
         }
         r.services.push(format!(
             "{name}: image {} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL",
@@ -187,8 +171,7 @@ pub fn rules(yaml: &str) -> Result<Report> {
         r.problems.push(format!("cpus sum {:.2} > 1", r.cpus));
     }
     if r.memory_mb > 350.0 + 1e-9 {
-        r.problems
-            .push(format!("memory sum {:.0} MB > 350", r.memory_mb));
+        r.problems.push(format!("memory sum {:.0} MB > 350", r.memory_mb));
     }
     Ok(r)
 }
@@ -196,18 +179,12 @@ pub fn rules(yaml: &str) -> Result<Report> {
 /// The balancer's configuration: `mode tcp`, `balance roundrobin`, nothing that answers or routes
 /// by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .collect();
+    let lines: Vec<&str> = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).collect();
     let mut problems = Vec::new();
     if !lines.contains(&"mode tcp") || !lines.contains(&"balance roundrobin") {
         problems.push("haproxy.cfg: expected mode tcp and balance roundrobin".to_string());
     }
-    if lines
-        .iter()
-        .any(|l| l.starts_with("http-request") || l.starts_with("use_backend"))
-    {
+    if lines.iter().any(|l| l.starts_with("http-request") || l.starts_with("use_backend")) {
         problems.push("haproxy.cfg answers or routes by request content".to_string());
     }
     problems
@@ -247,12 +224,8 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
         })
         .next_back()
         .unwrap_or(false);
-    let (uid, eff, bnd, nnp) = (
-        field("Uid:"),
-        field("CapEff:"),
-        field("CapBnd:"),
-        field("NoNewPrivs:"),
-    );
+    let (uid, eff, bnd, nnp) =
+        (field("Uid:"), field("CapEff:"), field("CapBnd:"), field("NoNewPrivs:"));
     let zero = "0000000000000000";
     if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
         problems.push(format!(
@@ -270,8 +243,7 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
 pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
     let mut r = rules(&compose.config()?)?;
     let cfg = root().join("docker/haproxy/haproxy.cfg");
-    r.problems
-        .extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
+    r.problems.extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
     if running_too {
         let network = format!("{}_stack", compose.project);
         for svc in compose.services()? {
@@ -281,10 +253,10 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
         }
     }
     for l in &r.services {
-        crate::log!("  {l}");
+        log!("  {l}");
     }
     for p in &r.problems {
-        crate::log!("  PROBLEM: {p}");
+        log!("  PROBLEM: {p}");
     }
     Ok(r)
 }

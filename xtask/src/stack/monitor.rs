@@ -5,7 +5,8 @@
 //! Samples are kept in memory and written as JSON lines.
 
 use super::cgroup::Cgroup;
-use super::probe::{haproxy_stat, ready_tcp, ready_unix, Probe};
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, Probe, State};
+use crate::util;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 /// HAProxy's state of one server.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Server {
-    pub status: String,
+    pub status: State,
     pub scur: u64,
     pub stot: u64,
 }
@@ -52,20 +53,10 @@ pub struct Monitor {
     handle: JoinHandle<Vec<Sample>>,
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// One sample of the stack as it is now.
 pub fn sample(cfg: &Config) -> Sample {
     let timeout = Duration::from_millis(300);
-    let mut s = Sample {
-        t: now_ms(),
-        ..Sample::default()
-    };
+    let mut s = Sample { t: util::now_ms(), ..Sample::default() };
     match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
         Ok(rows) => {
             for r in rows {
@@ -79,11 +70,7 @@ pub fn sample(cfg: &Config) -> Sample {
                 } else {
                     s.servers.insert(
                         r.svname.clone(),
-                        Server {
-                            status: r.status,
-                            scur: r.scur.or0(),
-                            stot: r.stot.or0(),
-                        },
+                        Server { status: r.status, scur: r.scur.or0(), stot: r.stot.or0() },
                     );
                 }
             }
@@ -99,7 +86,7 @@ pub fn sample(cfg: &Config) -> Sample {
     }
     for (name, cg) in &cfg.memory {
         if let Some(b) = cg.memory_usage() {
-            s.mem_mb.insert(name.clone(), b as f64 / 1048576.0);
+            s.mem_mb.insert(name.clone(), util::mb(b));
         }
     }
     s

@@ -2,13 +2,11 @@
 //! (`k6/wrk-post.lua`: each connection waits `delay_ms` before each request) and its summary line
 //! `WRKJSON {...}` parsed with serde.
 
-use super::k6::test_data;
-use crate::cmd::root;
+use crate::util::{self, root};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// What wrk-post.lua's done() prints.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -45,24 +43,16 @@ pub fn parse(output: &str) -> Result<Summary> {
 
 /// `n` compact request bodies spread over the test set, one per line (written once).
 pub fn bodies(n: usize) -> Result<PathBuf> {
-    let out = root().join(format!("target/stack-data/wrk-bodies-{n}.txt"));
+    let out = util::target_dir().join(format!("stack-data/wrk-bodies-{n}.txt"));
     if out.exists() {
         return Ok(out);
     }
-    #[derive(Deserialize)]
-    struct Entry {
-        request: serde_json::Value,
-    }
-    #[derive(Deserialize)]
-    struct TestSet {
-        entries: Vec<Entry>,
-    }
-    let text = std::fs::read_to_string(test_data()?)?;
-    let set: TestSet = serde_json::from_str(&text).context("parsing the test set")?;
-    let step = (set.entries.len() / n).max(1);
+    let entries = util::test_entries()?;
+    std::fs::create_dir_all(out.parent().context("no parent")?)?;
     let mut f = std::io::BufWriter::new(std::fs::File::create(&out)?);
-    for e in set.entries.iter().step_by(step).take(n) {
-        writeln!(f, "{}", serde_json::to_string(&e.request)?)?;
+    for i in util::spread(entries.len(), n) {
+        let v: serde_json::Value = serde_json::from_str(entries[i].request.get())?;
+        writeln!(f, "{}", serde_json::to_string(&v)?)?;
     }
     f.flush()?;
     Ok(out)
@@ -77,20 +67,14 @@ pub fn run(
     seconds: u32,
     log: &Path,
 ) -> Result<Summary> {
-    let out = Command::new("wrk")
-        .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
-        .args(["--timeout", "2s", "-s"])
-        .arg(root().join("k6/wrk-post.lua"))
-        .arg("http://127.0.0.1:9999")
-        .env("WRK_BODIES", bodies)
-        .env("WRK_DELAY_MS", delay_ms.to_string())
-        .output()
-        .context("cannot start wrk")?;
+    let (c, d) = (format!("-c{connections}"), format!("-d{seconds}s"));
+    let script = root().join("k6/wrk-post.lua");
+    let e =
+        duct::cmd!("wrk", "-t2", c, d, "--timeout", "2s", "-s", script, "http://127.0.0.1:9999");
+    let e = e.env("WRK_BODIES", bodies).env("WRK_DELAY_MS", delay_ms.to_string());
+    let out = e.stdout_capture().stderr_capture().unchecked().run().context("cannot start wrk")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    std::fs::write(
-        log,
-        format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
-    )?;
+    std::fs::write(log, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))?;
     parse(&text)
 }
 

