@@ -186,7 +186,7 @@ fn run_target(tc: &Toolchain, target: &str, budget: Budget, pin: Option<u32>) ->
     let log_path = dir.join(format!("work/logs/{target}.log"));
     log!("fuzz {target}: {}", lib_args[0]);
     let t = Instant::now();
-    let e = tc.command(&wrapper, &run_args).stdout_path(&log_path).stderr_to_stdout();
+    let e = util::to_log(tc.command(&wrapper, &run_args), &log_path);
     let status = e.unchecked().run().context("cannot start cargo fuzz")?.status;
     let elapsed = t.elapsed();
     let text = std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -67,6 +67,12 @@ pub fn read(e: &duct::Expression) -> Result<String> {
     e.read().with_context(|| format!("running {e:?}"))
 }
 
+/// `e` with its stdout and stderr both written to `log` (duct applies redirections from the
+/// outside in, so stderr follows stdout into the file only in this order).
+pub fn to_log(e: duct::Expression, log: &Path) -> duct::Expression {
+    e.stderr_to_stdout().stdout_path(log)
+}
+
 /// Fails with an actionable message unless `program` can be started.
 pub fn require(program: &str, why: &str) -> Result<()> {
     let found = duct::cmd!(program, "--version").stdout_null().stderr_null().unchecked().run();
@@ -432,6 +438,14 @@ mod tests {
         );
         assert_eq!(entries[0].1, 0o1777);
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_log_gets_both_streams() {
+        let log = std::env::temp_dir().join(format!("xtask-log-{}.txt", std::process::id()));
+        run(&to_log(duct::cmd!("sh", "-c", "echo out; echo err >&2"), &log)).unwrap();
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
+        std::fs::remove_file(log).unwrap();
     }
 
     #[test]

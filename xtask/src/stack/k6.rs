@@ -144,13 +144,11 @@ pub fn start(
         .env("TEST_DATA", test_data()?)
         .env("BASE_URL", "http://localhost:9999")
         .env("SUMMARY", summary)
-        .stdout_path(log)
-        .stderr_to_stdout()
         .unchecked();
     for (k, v) in env {
         e = e.env(k, v);
     }
-    e.start().context("cannot start k6")
+    util::to_log(e, log).start().context("cannot start k6")
 }
 
 /// Waits for k6; its exit status (99 = a threshold failed) is the caller's to judge.

@@ -34,23 +34,21 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
     let lat_min = all().map(|p| p.2).fold(f64::INFINITY, f64::min).max(0.01) * 0.8;
     let lat_max = all().map(|p| p.3).fold(0.0, f64::max).max(lat_min * 2.0) * 1.2;
 
-    let mut rate = ChartBuilder::on(&top)
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0u32..x_max, 0f64..rate_max)
-        .map_err(|e| err(&e))?;
+    // Both panels: the same margins and label areas.
+    let panel = |area| {
+        let mut b = ChartBuilder::on(area);
+        b.margin(10).x_label_area_size(30).y_label_area_size(60);
+        b
+    };
+    let mut rate =
+        panel(&top).build_cartesian_2d(0u32..x_max, 0f64..rate_max).map_err(|e| err(&e))?;
     rate.configure_mesh()
         .y_desc("offered req/s")
         .x_desc("seconds since the start of the run")
         .draw()
         .map_err(|e| err(&e))?;
-    let mut lat = ChartBuilder::on(&bottom)
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0u32..x_max, (lat_min..lat_max).log_scale())
-        .map_err(|e| err(&e))?;
+    let lat_range = (lat_min..lat_max).log_scale();
+    let mut lat = panel(&bottom).build_cartesian_2d(0u32..x_max, lat_range).map_err(|e| err(&e))?;
     lat.configure_mesh()
         .y_desc("latency ms: p99 solid, p50 dashed (log)")
         .x_desc("seconds since the start of the run")
