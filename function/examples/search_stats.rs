@@ -1,7 +1,9 @@
 //! Where the handler's time goes on the public set: parse + vectorize vs search, and the work
-//! counters of the search (lists, blocks, rows) at p50/p90/p99.
+//! counters of the request path's search (nodes, blocks, rows, parked and replayed subtrees)
+//! at p50/p90/p99.
 //!
-//! `cargo run --release -p function --features embedded-index --example search_stats [PROBE [lazy|prefault|hugepages|hot]]`
+//! `cargo run --release -p function --features embedded-index --example search_stats [_ [lazy|prefault|hugepages] [hot]]`
+//! (`PARK=0` proves the 5 neighbours instead of the vote; `PREFETCH=0` turns prefetching off.)
 //! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
 
 use function::search::{SearchParams, Searcher};
@@ -10,9 +12,9 @@ use std::io::Read;
 use std::time::Instant;
 
 fn main() {
-    let probe = std::env::args()
-        .nth(1)
-        .map_or(SearchParams::default().probe, |p| p.parse().unwrap());
+    // PARK=0 proves the 5 neighbours on the request path too (the search without the vote).
+    let park = std::env::var("PARK").map_or(true, |v| v != "0");
+    let prefetch = std::env::var("PREFETCH").map_or(true, |v| v != "0");
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/data/test-data.json.gz"
@@ -39,14 +41,19 @@ fn main() {
         Some(bytes) => index_pack::format::open(bytes).unwrap(),
         None => function::index::load(mode).unwrap(),
     };
-    let searcher = Searcher::new(idx, SearchParams { probe });
+    let params = SearchParams {
+        park,
+        prefetch,
+        ..SearchParams::default()
+    };
+    let searcher = Searcher::new(idx, params);
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
     // other processes leave behind between two requests of a served API.
     let mut evict =
         vec![0u8; std::env::var("EVICT_KB").map_or(0, |v| v.parse::<usize>().unwrap()) << 10];
-    let (mut parse, mut search, mut lists, mut blocks, mut rows) =
+    let (mut parse, mut search, mut nodes, mut blocks, mut rows) =
         (vec![], vec![], vec![], vec![], vec![]);
-    let (mut boxes, mut bytes) = (vec![], vec![]);
+    let (mut boxes, mut bytes, mut parked, mut replayed) = (vec![], vec![], vec![], vec![]);
     for _ in 0..2 {
         parse.clear();
         search.clear();
@@ -58,16 +65,17 @@ fn main() {
             let t = Instant::now();
             let q = vector::vectorize(&payload::parse(b).unwrap()).unwrap();
             let t1 = Instant::now();
-            let (_, st) = searcher.nearest_with_stats(&q);
+            let (_, st) = searcher.frauds_with_stats(&q);
             let t2 = Instant::now();
             parse.push((t1 - t).as_nanos() as u64);
             search.push((t2 - t1).as_nanos() as u64);
-            lists.push(st.lists_visited as u64);
+            nodes.push(st.nodes_expanded as u64);
             blocks.push(st.blocks_scanned as u64);
             rows.push(st.rows_scanned as u64);
             boxes.push(st.boxes_tested as u64);
-            // Bytes of index touched beyond the per-list tables: boxes and rows.
-            bytes.push(st.boxes_tested as u64 * 64 + st.rows_scanned as u64 * 24);
+            bytes.push(st.bytes_touched());
+            parked.push(st.parked as u64);
+            replayed.push(st.replayed as u64);
         }
     }
     let show = |name: &str, v: &mut Vec<u64>| {
@@ -83,7 +91,10 @@ fn main() {
             v[v.len() - 1]
         );
     };
-    println!("probe {probe}, kernels {}", searcher.kernels_name());
+    println!(
+        "park {park}, prefetch {prefetch}, kernels {}",
+        searcher.kernels_name()
+    );
     // The same queries with a hot cache: each one repeated, keep the fastest run.
     let mut hot = Vec::new();
     for b in bodies.iter().take(5000) {
@@ -108,9 +119,11 @@ fn main() {
     }
     show("parse+vector ns", &mut parse);
     show("search ns", &mut search);
-    show("lists", &mut lists);
+    show("nodes expanded", &mut nodes);
     show("blocks scanned", &mut blocks);
     show("rows scanned", &mut rows);
     show("boxes tested", &mut boxes);
     show("bytes touched", &mut bytes);
+    show("parked", &mut parked);
+    show("replayed", &mut replayed);
 }

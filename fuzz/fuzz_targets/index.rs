@@ -62,19 +62,16 @@ fuzz_target!(|data: &[u8]| {
     let _ = format::verify_deep(&aligned);
     if std::env::var_os("INDEX_FUZZ_DEBUG").is_some() {
         eprintln!("{input:?}");
-        for (i, l) in index.lists.iter().enumerate() {
+        for (i, p) in index.partitions.iter().enumerate() {
             eprintln!(
-                "list {i}: first_block {} n_blocks {} first_super {} (super_bounds {})",
-                l.first_block,
-                l.n_blocks,
-                l.first_super,
-                index.super_bounds.len()
+                "partition {i}: key {} fraud {} root {:#x} slots {}..{}",
+                p.key, p.fraud, p.root, p.first_slot, p.end_slot
             );
         }
     }
     assert!(
-        super_runs_in_range(index),
-        "open accepted lists whose super-blocks are missing"
+        references_in_range(index),
+        "open accepted a tree whose references leave its tables"
     );
     if !values_in_domain(index) {
         return;
@@ -99,10 +96,11 @@ fuzz_target!(|data: &[u8]| {
     for q in &queries {
         for s in [
             Searcher::new(index, SearchParams::default()),
-            Searcher::scalar(index, SearchParams { probe: 0 }),
+            Searcher::scalar(index, SearchParams::default()),
         ] {
             let got = s.nearest(q);
             assert!(got.len() <= function::search::K);
+            assert!(s.frauds(q) <= got.len());
         }
     }
 });
@@ -128,16 +126,14 @@ fn values_in_domain(index: &ArchivedIndex) -> bool {
     let box_ok = |lo: &[rkyv::rend::i16_le; 16], hi: &[rkyv::rend::i16_le; 16]| {
         (0..16).all(|l| ok(l, lo[l].to_native() as f32) && ok(l, hi[l].to_native() as f32))
     };
-    index.list_centroids.iter().all(|g| pairs_ok(&g.pairs))
+    index
+        .node_bounds
+        .iter()
+        .all(|g| pairs_ok(&g.lo) && pairs_ok(&g.hi))
         && index
-            .list_bounds
+            .partitions
             .iter()
-            .all(|g| pairs_ok(&g.lo) && pairs_ok(&g.hi))
-        && index
-            .block_bounds
-            .iter()
-            .all(|g| pairs_ok(&g.lo) && pairs_ok(&g.hi))
-        && index.super_bounds.iter().all(|b| box_ok(&b.lo, &b.hi))
+            .all(|p| box_ok(&p.bounds.lo, &p.bounds.hi))
         && match &index.codes {
             ArchivedCodes::I16(groups) => groups.iter().all(|g| pairs_ok(&g.pairs)),
             ArchivedCodes::F16(groups) => groups.iter().all(|g| {
@@ -151,13 +147,25 @@ fn values_in_domain(index: &ArchivedIndex) -> bool {
         }
 }
 
-/// Whether every list's super-block boxes exist. Format v1's `open` did not check this: this
-/// target found a one-byte damage to `first_super` that passed `open` and made the search index
-/// `super_bounds` out of range (fuzz/artifacts-found/index/, docs/FUZZING.md); format v2 checks
-/// it, and this holds `open` to it.
-fn super_runs_in_range(index: &ArchivedIndex) -> bool {
-    index.lists.iter().all(|l| {
-        let runs = (l.n_blocks.to_native() as usize).div_ceil(format::SUPER_BLOCKS);
-        l.first_super.to_native() as usize + runs <= index.super_bounds.len()
-    })
+/// Whether every child reference of every tree names a node or block that exists and every
+/// block's rows are slots, as `open` promises the search (which indexes them unchecked). Format
+/// v1's `open` missed such a check for its super-blocks: this target found a one-byte damage
+/// that passed `open` and made the search index out of range (fuzz/artifacts-found/index/,
+/// docs/FUZZING.md).
+fn references_in_range(index: &ArchivedIndex) -> bool {
+    let ok = |c: u32| {
+        if c & format::BLOCK_BIT != 0 {
+            ((c & !format::BLOCK_BIT) as usize) < index.blocks.len()
+        } else {
+            (c as usize) < index.node_children.len()
+        }
+    };
+    index.partitions.iter().all(|p| ok(p.root.to_native()))
+        && index.node_children.iter().all(|cs| {
+            cs.iter()
+                .all(|c| c.to_native() == format::NO_CHILD || ok(c.to_native()))
+        })
+        && index.blocks.iter().all(|b| {
+            (b.first_slot.to_native() + b.n_slots.to_native()) as usize <= index.ids.len()
+        })
 }

@@ -132,7 +132,7 @@ pub fn fixed_distance(q: &[i16; DIMS], r: &[i16; DIMS]) -> i64 {
 }
 
 /// Checks the search for `q` against the labeller on the i16 index (AVX2 when present, scalar,
-/// and a probe count that makes the bound-ordered pass do all the work), and that the lossy
+/// and the vote without parking), and that the lossy
 /// index answers with 5 distinct neighbours. Returns the labeller's fraud count.
 pub fn check_search(q: &[i16; DIMS]) -> usize {
     let f = fixture();
@@ -140,7 +140,13 @@ pub fn check_search(q: &[i16; DIMS]) -> usize {
     let frauds = want.iter().filter(|&&i| f.refs.fraud[i as usize]).count();
     for s in [
         Searcher::new(f.i16_index, SearchParams::default()),
-        Searcher::new(f.i16_index, SearchParams { probe: 0 }),
+        Searcher::new(
+            f.i16_index,
+            SearchParams {
+                park: false,
+                ..SearchParams::default()
+            },
+        ),
         Searcher::scalar(f.i16_index, SearchParams::default()),
     ] {
         let got = s.nearest(q);

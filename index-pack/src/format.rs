@@ -15,40 +15,48 @@
 //! `--prefault` start) rather than on every cold start.
 //!
 //! # Layout (an IVF index, split the FAISS way)
-//! - **Coarse quantizer**: `centroids`, the k-means cells the packer trained.
-//! - **Inverted lists**: one list per (cell, key) pair, where the *key* packs the three binary
-//!   dimensions (is_online, card_present, unknown_merchant). Every vector of a list shares the key,
-//!   so those dimensions are not stored per row: their contribution to a distance is one constant
-//!   per list. Lists hold *blocks* of at most `block_rows` rows cut by k-d splits, each with an
-//!   exact bounding box; lists also carry a bounding box. The boxes give exact lower bounds on the
-//!   distance of every vector inside, which is what makes the search exact.
+//! - **Partitions**: the references split by *key* (the three binary dimensions is_online,
+//!   card_present, unknown_merchant) and by label. Every row of a partition shares the key, so
+//!   those dimensions are not stored per row: their contribution to a distance is one constant
+//!   per partition; and every row shares the label, so the vote-aware search can set a whole
+//!   partition aside while the running vote cannot change (`function::search`).
+//! - **Coarse quantizer**: `centroids`, the k-means cells the packer trained over all references.
+//! - **Inverted lists**: the rows of one partition in one cell. Inside a list, k-d splits cut
+//!   *blocks* of at most `block_rows` rows.
+//! - **Tree**: each partition is one tree of fan-out [`FANOUT`]: its upper nodes group the
+//!   partition's lists by their centroids, its lower nodes group each list's blocks by k-d
+//!   splits, and the leaves are the blocks. A node stores its children's exact bounding boxes
+//!   transposed in one [`BoundsGroup`], so one kernel call bounds all 8. The boxes give exact
+//!   lower bounds on the distance of every vector below, which is what makes the search exact.
 //! - **Scalar codec**: `codes`, the remaining [`ROW_DIMS`] of each row in [`GROUP_ROWS`]-row
 //!   groups, either exact i16 (value x 10000) or IEEE half floats.
 //!
-//! Rows live in *slots*. Each list starts on a group boundary; every block but the last of a list
+//! Rows live in *slots*, in the order of a depth-first walk of each tree, so what one subtree
+//! holds is contiguous. Each list starts on a group boundary; every block but the last of a list
 //! holds a multiple of [`GROUP_ROWS`] rows, so padding slots occur only at the end of a list and
 //! carry the id [`PAD_ID`]. A block's `n_slots` counts its real rows only, so a reader can tell
-//! padding from its slot number without loading the id.
+//! padding from its slot number without loading the id. A node's child nodes have consecutive
+//! indices, so the nodes one query expands tend to share pages.
 //!
-//! Lists are ordered by key (then cell): `key_lists` gives each key's range, so the search can
-//! process the query's own key first and skip key groups whose key distance alone is too far.
-//!
-//! # Invariants a reader may rely on (checked by [`open`] or guaranteed by the packer)
+//! # Invariants a reader may rely on (checked by [`open`], [`verify_deep`] or the packer)
 //! - Every stored value v satisfies -10000 <= v <= 10000; dimensions other than 5 and 6 are >= 0.
 //!   With queries in the same domain, every squared distance in fixed point is <= 2.0e9, so it
 //!   fits an `i32` (see `MAX_DISTANCE`).
-//! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding.
-//! - Version 2 (this one) ordered lists by key, made `n_slots` exclude padding and stored block
-//!   boxes 8 to a group; version 1 ordered lists by cell and stored one box per block.
-//! - The per-8 list tables (`list_centroids`, `list_bounds`, `list_keys`) are padded to a
-//!   multiple of 8 lists; lanes past `lists.len()` are meaningless.
+//! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding; the
+//!   label bit equals the partition's (`verify_deep`).
+//! - Partitions are ordered by (key, label) and tile the slots; each tree reaches each of its
+//!   nodes and blocks once, and its blocks lie in its partition's slots (`open`); every box
+//!   contains what lies below it (`verify_deep`, which the build script runs).
+//! - Version 3 (this one) split the references by label into partitions with one tree each;
+//!   version 2 had per-key lists with two fixed box levels (super-blocks of 8 blocks, blocks);
+//!   version 1 ordered lists by cell and stored one box per block.
 
 use rkyv::{Archive, Deserialize, Serialize};
 
 /// Magic bytes at the start of the footer.
 pub const MAGIC: [u8; 8] = *b"FRDIDX\r\n";
 /// Version of the layout below. Bump it on any change to the archived types.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Size of the footer that ends every artifact.
 pub const FOOTER_LEN: usize = 32;
 /// Alignment the archive needs in memory (the SIMD groups are 32-byte aligned).
@@ -72,8 +80,6 @@ pub const GROUP_ROWS: usize = 8;
 pub const PAD_ID: u32 = u32::MAX;
 /// Largest fixed-point squared distance between two vectors of the valid domain.
 pub const MAX_DISTANCE: i64 = 12 * 10_000 * 10_000 + 2 * 20_000 * 20_000;
-/// Consecutive blocks of a list covered by one super-block box.
-pub const SUPER_BLOCKS: usize = 8;
 /// Number of possible list keys.
 pub const KEYS: usize = 1 << KEY_DIMS.len();
 
@@ -171,20 +177,47 @@ pub enum Codes {
     F16(Vec<F16Group>),
 }
 
-/// One inverted list.
+/// A reference to a child of a tree node (or to a partition's or list's root): a node index,
+/// or a block index with [`BLOCK_BIT`] set. [`NO_CHILD`] marks an unused child slot.
+pub type ChildRef = u32;
+/// Set in a [`ChildRef`] that names a block (a leaf).
+pub const BLOCK_BIT: u32 = 1 << 31;
+/// An unused child slot of a node (its box in the node's group is meaningless).
+pub const NO_CHILD: ChildRef = u32::MAX;
+/// Children per tree node: one kernel call bounds all of them.
+pub const FANOUT: usize = GROUP_ROWS;
+
+/// The references of one key and one label: the unit the vote-aware search parks or scans.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// The binary dimensions shared by every row (bit i = dimension `KEY_DIMS[i]`).
+    pub key: u32,
+    /// Every row of the partition has this label.
+    pub fraud: bool,
+    /// Root of its tree.
+    pub root: ChildRef,
+    /// Its rows are the slots `first_slot..end_slot` (padding included).
+    pub first_slot: u32,
+    pub end_slot: u32,
+    /// Bounding box of all its rows.
+    pub bounds: Bounds,
+}
+
+/// One inverted list: the rows of one partition in one k-means cell, a subtree of the
+/// partition's tree.
 #[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct List {
     /// k-means cell the list belongs to.
     pub cell: u32,
-    /// First block (index into `blocks`) and number of blocks.
-    pub first_block: u32,
-    pub n_blocks: u32,
-    /// First super-block box (index into `super_bounds`); the list has
-    /// `n_blocks.div_ceil(SUPER_BLOCKS)` of them.
-    pub first_super: u32,
+    pub partition: u32,
+    /// Root of its subtree.
+    pub root: ChildRef,
+    /// Its rows are the slots `first_slot..end_slot` (a group boundary each; padding included).
+    pub first_slot: u32,
+    pub end_slot: u32,
 }
 
-/// A run of rows inside a list.
+/// A leaf of the tree: a run of rows inside a list.
 #[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
     /// First slot; a multiple of [`GROUP_ROWS`].
@@ -199,25 +232,17 @@ pub struct Index {
     pub header: Header,
     /// Coarse quantizer: `cells` k-means centroids, unscaled.
     pub centroids: Vec<[f32; DIMS]>,
+    /// Ordered by (key, label); their slot ranges follow each other in that order.
+    pub partitions: Vec<Partition>,
+    /// The inverted lists in slot order (each partition's lists in the order of its tree).
     pub lists: Vec<List>,
-    /// Key of each list (u32 so the search can permute a per-key table with one instruction).
-    pub list_keys: Vec<u32>,
-    /// Lists are ordered by key: `key_lists[k]..key_lists[k + 1]` are the lists of key `k`
-    /// ([`KEYS`] + 1 entries).
-    pub key_lists: Vec<u32>,
-    /// Each list's centroid rounded to the fixed-point grid, row lanes only, 8 lists per group.
-    pub list_centroids: Vec<I16Group>,
-    /// Each list's bounding box, 8 lists per group.
-    pub list_bounds: Vec<BoundsGroup>,
+    /// Children of each tree node ([`FANOUT`] slots, used ones first).
+    pub node_children: Vec<[ChildRef; FANOUT]>,
+    /// The bounding boxes of each node's children, transposed so that one kernel call bounds
+    /// all of them (same index as `node_children`; lanes of unused children are meaningless).
+    pub node_bounds: Vec<BoundsGroup>,
+    /// The leaves, in slot order.
     pub blocks: Vec<Block>,
-    /// The bounding boxes of the blocks of each super-block, transposed 8 to a group so that
-    /// one kernel call bounds all of them (same index as `super_bounds`; lanes past the
-    /// super-block's blocks are zero and meaningless).
-    pub block_bounds: Vec<BoundsGroup>,
-    /// Bounding box of each run of [`SUPER_BLOCKS`] consecutive blocks of a list (the last run
-    /// of a list may be shorter). Blocks follow k-d order, so a run is a compact region and its
-    /// box lets the search skip 8 block boxes with one test.
-    pub super_bounds: Vec<Bounds>,
     /// Per slot: original_index << 1 | is_fraud, or [`PAD_ID`].
     pub ids: Vec<u32>,
     pub codes: Codes,
@@ -342,8 +367,11 @@ pub fn verify_checksum(artifact: &[u8]) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// Cross-checks the sizes of the archived tables, so the search can index them without checks
-/// failing at query time. O(lists + blocks); it does not touch the rows.
+/// Cross-checks the archived tables, so the search can index them without checks failing at
+/// query time: partitions tile the slots in (key, label) order, every child reference is in
+/// range, and the partitions' trees are trees (every node and block reached exactly once, each
+/// block inside its partition's slots). O(nodes + blocks); it does not touch the rows or the
+/// boxes (see [`verify_deep`]).
 fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     let bad = |m: String| Err(FormatError::Inconsistent(m));
     let h = &index.header;
@@ -352,36 +380,6 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
             "header version {} differs from the footer's",
             h.format_version
         ));
-    }
-    let n_lists = index.lists.len();
-    let groups_of_lists = n_lists.div_ceil(GROUP_ROWS);
-    if index.list_keys.len() != groups_of_lists * GROUP_ROWS
-        || index.list_centroids.len() != groups_of_lists
-        || index.list_bounds.len() != groups_of_lists
-    {
-        return bad(format!("per-list tables do not match {n_lists} lists"));
-    }
-    if index
-        .list_keys
-        .iter()
-        .any(|k| k.to_native() as usize >= KEYS)
-    {
-        return bad("a list key is out of range".into());
-    }
-    let kl = &index.key_lists;
-    if kl.len() != KEYS + 1
-        || kl[0] != 0
-        || kl[KEYS].to_native() as usize != n_lists
-        || kl.windows(2).any(|w| w[0] > w[1])
-        || (0..KEYS).any(|k| {
-            (kl[k].to_native() as usize..kl[k + 1].to_native() as usize)
-                .any(|l| index.list_keys[l].to_native() as usize != k)
-        })
-    {
-        return bad("lists are not grouped by key as key_lists says".into());
-    }
-    if index.super_bounds.len() != index.block_bounds.len() {
-        return bad("super-blocks and block bound groups differ in length".into());
     }
     let slots = index.ids.len();
     if !slots.is_multiple_of(GROUP_ROWS) {
@@ -397,45 +395,215 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     if groups.0 * GROUP_ROWS != slots {
         return bad(format!("{} code groups for {slots} slots", groups.0));
     }
-    let (mut next_block, mut next_super) = (0usize, 0usize);
-    for (i, list) in index.lists.iter().enumerate() {
-        let (first, n) = (
-            list.first_block.to_native() as usize,
-            list.n_blocks.to_native() as usize,
+    let parts = &index.partitions;
+    if parts.is_empty() || parts.len() > 2 * KEYS {
+        return bad(format!("{} partitions", parts.len()));
+    }
+    let mut next_slot = 0usize;
+    for (i, p) in parts.iter().enumerate() {
+        let order = |p: &ArchivedPartition| (p.key.to_native(), p.fraud);
+        let (first, end) = (
+            p.first_slot.to_native() as usize,
+            p.end_slot.to_native() as usize,
         );
-        if first != next_block || n == 0 || list.first_super.to_native() as usize != next_super {
-            return bad(format!("list {i} does not continue the block sequence"));
+        if p.key.to_native() as usize >= KEYS
+            || (i > 0 && order(&parts[i - 1]) >= order(p))
+            || first != next_slot
+            || end <= first
+            || !end.is_multiple_of(GROUP_ROWS)
+        {
+            return bad(format!(
+                "partition {i} is out of order or does not continue the slots"
+            ));
         }
-        next_block = first + n;
-        next_super += n.div_ceil(SUPER_BLOCKS);
+        next_slot = end;
     }
-    if next_block != index.blocks.len() || next_super != index.super_bounds.len() {
-        return bad("lists do not cover all blocks".into());
+    if next_slot != slots {
+        return bad("partitions do not cover all slots".into());
     }
+    let n_nodes = index.node_children.len();
+    if index.node_bounds.len() != n_nodes {
+        return bad("node children and node bounds differ in length".into());
+    }
+    let mut prev_end = 0usize;
     for (i, b) in index.blocks.iter().enumerate() {
         let (first, n) = (
             b.first_slot.to_native() as usize,
             b.n_slots.to_native() as usize,
         );
-        if first % GROUP_ROWS != 0 || n == 0 || first + n.next_multiple_of(GROUP_ROWS) > slots {
-            return bad(format!("block {i} covers slots outside the index"));
+        if first % GROUP_ROWS != 0
+            || n == 0
+            || first < prev_end
+            || first + n.next_multiple_of(GROUP_ROWS) > slots
+        {
+            return bad(format!(
+                "block {i} covers slots outside the index or out of order"
+            ));
+        }
+        prev_end = first + n;
+    }
+    // Walk every partition's tree: each node and block exactly once, blocks in their partition.
+    let mut seen_nodes = vec![false; n_nodes];
+    let mut seen_blocks = vec![false; index.blocks.len()];
+    let mut stack = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let range = p.first_slot.to_native() as usize..p.end_slot.to_native() as usize;
+        stack.push(p.root.to_native());
+        while let Some(c) = stack.pop() {
+            if c == NO_CHILD {
+                return bad(format!("partition {i} has an empty root"));
+            }
+            if c & BLOCK_BIT != 0 {
+                let b = (c & !BLOCK_BIT) as usize;
+                let Some(block) = index.blocks.get(b) else {
+                    return bad(format!("partition {i} names block {b}, past the end"));
+                };
+                if std::mem::replace(&mut seen_blocks[b], true) {
+                    return bad(format!("block {b} is reached twice"));
+                }
+                let first = block.first_slot.to_native() as usize;
+                if !range.contains(&first) || first + block.n_slots.to_native() as usize > range.end
+                {
+                    return bad(format!("block {b} lies outside partition {i}"));
+                }
+                continue;
+            }
+            let n = c as usize;
+            if n >= n_nodes {
+                return bad(format!("partition {i} names node {n}, past the end"));
+            }
+            if std::mem::replace(&mut seen_nodes[n], true) {
+                return bad(format!("node {n} is reached twice"));
+            }
+            let children = &index.node_children[n];
+            let used = children
+                .iter()
+                .take_while(|c| c.to_native() != NO_CHILD)
+                .count();
+            if used == 0 || children[used..].iter().any(|c| c.to_native() != NO_CHILD) {
+                return bad(format!("node {n} has no child or a gap between children"));
+            }
+            stack.extend(children[..used].iter().map(|c| c.to_native()));
+        }
+    }
+    if seen_nodes.contains(&false) || seen_blocks.contains(&false) {
+        return bad("some nodes or blocks belong to no partition".into());
+    }
+    for (i, l) in index.lists.iter().enumerate() {
+        let (first, end) = (
+            l.first_slot.to_native() as usize,
+            l.end_slot.to_native() as usize,
+        );
+        let Some(p) = parts.get(l.partition.to_native() as usize) else {
+            return bad(format!("list {i} names a partition past the end"));
+        };
+        if first % GROUP_ROWS != 0
+            || end <= first
+            || first < p.first_slot.to_native() as usize
+            || end > p.end_slot.to_native() as usize
+            || l.cell.to_native() as usize >= index.centroids.len()
+        {
+            return bad(format!("list {i} lies outside its partition or cell table"));
         }
     }
     Ok(())
 }
 
-/// The checks that read the whole artifact: the CRC32 of the archive, then the row count.
+/// The checks that read the whole artifact: the CRC32 of the archive, the row count, every
+/// row's label against its partition's, and the boxes the search prunes with: each node's
+/// child boxes inside the box its parent holds for it and, for the exact codec, every row
+/// inside its block's box. A box that missed a row would make the search skip it.
 pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
     verify_checksum(artifact)?;
     let index = open(artifact)?;
+    let bad = |m: String| Err(FormatError::Inconsistent(m));
     let real = index.ids.iter().filter(|&&id| id != PAD_ID).count();
     if real != index.header.n_refs.to_native() as usize {
-        return Err(FormatError::Inconsistent(format!(
+        return bad(format!(
             "{real} real rows, header says {}",
             index.header.n_refs
-        )));
+        ));
+    }
+    for (i, p) in index.partitions.iter().enumerate() {
+        let range = p.first_slot.to_native() as usize..p.end_slot.to_native() as usize;
+        if index.ids[range]
+            .iter()
+            .any(|id| id.to_native() != PAD_ID && (id.to_native() & 1 == 1) != p.fraud)
+        {
+            return bad(format!("partition {i} holds a row of the other label"));
+        }
+        let root = p.root.to_native();
+        if !inside(&box_of(index, root), &native_bounds(&p.bounds)) {
+            return bad(format!("partition {i}'s box misses part of its tree"));
+        }
+    }
+    for n in 0..index.node_children.len() {
+        for (c, child) in index.node_children[n].iter().enumerate() {
+            let child = child.to_native();
+            if child != NO_CHILD
+                && !inside(&box_of(index, child), &group_box(&index.node_bounds[n], c))
+            {
+                return bad(format!("node {n}: the box of child {c} misses part of it"));
+            }
+        }
     }
     Ok(())
+}
+
+/// Lanes `lo..=hi` of a box as native integers.
+type Lanes = ([i16; LANES], [i16; LANES]);
+
+fn native_bounds(b: &ArchivedBounds) -> Lanes {
+    (
+        std::array::from_fn(|l| b.lo[l].to_native()),
+        std::array::from_fn(|l| b.hi[l].to_native()),
+    )
+}
+
+/// The box a node group holds for its child `c`.
+fn group_box(g: &ArchivedBoundsGroup, c: usize) -> Lanes {
+    (
+        std::array::from_fn(|l| g.lo[l / 2][2 * c + l % 2].to_native()),
+        std::array::from_fn(|l| g.hi[l / 2][2 * c + l % 2].to_native()),
+    )
+}
+
+/// The smallest box around what a child holds: its rows (exact codec), or its own children's
+/// boxes. For the lossy codec a block's box is not recomputed (its rows are approximations).
+fn box_of(index: &ArchivedIndex, child: ChildRef) -> Lanes {
+    let mut out = ([i16::MAX; LANES], [i16::MIN; LANES]);
+    let mut grow = |b: Lanes| {
+        for l in 0..LANES {
+            out.0[l] = out.0[l].min(b.0[l]);
+            out.1[l] = out.1[l].max(b.1[l]);
+        }
+    };
+    if child & BLOCK_BIT == 0 {
+        let n = child as usize;
+        for (c, g) in index.node_children[n].iter().enumerate() {
+            if g.to_native() != NO_CHILD {
+                grow(group_box(&index.node_bounds[n], c));
+            }
+        }
+        return out;
+    }
+    let block = &index.blocks[(child & !BLOCK_BIT) as usize];
+    let ArchivedCodes::I16(groups) = &index.codes else {
+        return out;
+    };
+    let first = block.first_slot.to_native() as usize;
+    for slot in first..first + block.n_slots.to_native() as usize {
+        let (g, r) = (slot / GROUP_ROWS, slot % GROUP_ROWS);
+        let row: [i16; LANES] =
+            std::array::from_fn(|l| groups[g].pairs[l / 2][2 * r + l % 2].to_native());
+        grow((row, row));
+    }
+    out
+}
+
+/// Whether box `a` lies inside box `b` (an empty `a` lies inside anything).
+fn inside(a: &Lanes, b: &Lanes) -> bool {
+    (0..LANES).all(|l| a.0[l] > a.1[l] || (b.0[l] <= a.0[l] && a.1[l] <= b.1[l]))
 }
 
 /// Hex form of a digest, for messages.

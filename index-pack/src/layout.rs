@@ -3,16 +3,21 @@
 //! This part is pure and deterministic (no faiss, no threads), so tests build small indexes in
 //! memory with any centroids they like, and the packer's output depends only on its inputs.
 //!
-//! - Lists: references grouped by (cell, key), ordered by cell then key; inside a list the rows
-//!   keep ascending original index until the k-d split reorders them.
-//! - Blocks: a list is split recursively on its widest row lane (ties: lowest lane; order inside
-//!   a side: value, then original index) at a multiple of [`GROUP_ROWS`] near the middle, until a
-//!   piece has at most `block_rows` rows. Small boxes are what make block pruning work.
+//! - Partitions: references grouped by (key, label), lists by k-means cell inside them; inside
+//!   a list the rows keep ascending original index until the k-d splits reorder them.
+//! - Each partition is one tree of fan-out 8. Its upper nodes group lists: three halvings by
+//!   list count on the widest lane of the lists' row means. Below a list, its rows: three
+//!   halvings on the widest row lane (ties: lowest lane; order inside a side: value, then
+//!   original index) at a multiple of [`GROUP_ROWS`] near the middle, until a piece has at most
+//!   `block_rows` rows; such a piece is a block (a leaf). Small boxes are what make pruning work.
+//! - Slots follow the depth-first walk, so a subtree's rows are contiguous; a node's child
+//!   nodes get consecutive indices.
 
 use crate::codec::{self, RowLanes};
 use crate::format::{
-    Block, Bounds, BoundsGroup, CodecKind, Header, Index, List, DIMS, FORMAT_VERSION, GROUP_ROWS,
-    KEYS, KEY_DIMS, LANES, PAD_ID, PAIRS, ROW_DIMS, SCALE, SUPER_BLOCKS,
+    Block, Bounds, BoundsGroup, ChildRef, CodecKind, Header, Index, List, Partition, BLOCK_BIT,
+    DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEY_DIMS, LANES, NO_CHILD, PAD_ID, PAIRS, ROW_DIMS,
+    SCALE,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -136,117 +141,52 @@ pub fn build(
     let n = refs.vectors.len();
     assert!(n < (1 << 31), "ids hold the original index in 31 bits");
 
-    // Lists: sort reference indices by (key, cell, index). Lists of one key are contiguous, so
-    // the search can skip a whole key group whose key distance alone exceeds its threshold.
+    // Partitions by (key, label), lists by cell inside them, file order inside a list (until
+    // the k-d splits reorder it).
+    let part_of = |i: usize| (key_of(&refs.vectors[i]), refs.fraud[i]);
     let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&i| (key_of(&refs.vectors[i as usize]), assignment[i as usize], i));
+    order.sort_by_key(|&i| (part_of(i as usize), assignment[i as usize], i));
 
-    let mut lists = Vec::new();
-    let mut list_keys = Vec::new();
-    let mut list_boxes = Vec::new();
-    let mut list_centroid_lanes = Vec::new();
-    let mut blocks = Vec::new();
-    let mut block_bounds = Vec::new();
-    let mut super_bounds = Vec::new();
-    let mut ids: Vec<u32> = Vec::with_capacity(n + n / 8);
-    let mut rows: Vec<RowLanes> = Vec::with_capacity(n + n / 8);
-
+    let mut b = Builder {
+        refs,
+        block_rows: params.block_rows as usize,
+        node_children: Vec::new(),
+        node_bounds: Vec::new(),
+        blocks: Vec::new(),
+        lists: Vec::new(),
+        ids: Vec::with_capacity(n + n / 8),
+        rows: Vec::with_capacity(n + n / 8),
+    };
+    let mut partitions = Vec::new();
     let mut start = 0;
     while start < n {
-        let first = order[start] as usize;
-        let (cell, key) = (assignment[first], key_of(&refs.vectors[first]));
-        let mut end = start;
-        while end < n && {
-            let j = order[end] as usize;
-            assignment[j] == cell && key_of(&refs.vectors[j]) == key
-        } {
-            end += 1;
-        }
-        let members = &mut order[start..end];
-        let mut pieces = Vec::new();
-        split(
-            members,
-            &refs.vectors,
-            params.block_rows as usize,
-            &mut pieces,
-        );
-
-        let first_block = blocks.len() as u32;
-        let mut list_box = empty_box();
-        let mut boxes = Vec::with_capacity(pieces.len());
-        for piece in pieces {
-            let first_slot = ids.len();
-            let mut b = empty_box();
-            for &i in &members[piece.clone()] {
-                let lanes = lanes_of(&refs.vectors[i as usize]);
-                grow(&mut b, &lanes);
-                rows.push(lanes);
-                ids.push((i << 1) | refs.fraud[i as usize] as u32);
-            }
-            grow_box(&mut list_box, &b);
-            blocks.push(Block {
-                first_slot: first_slot as u32,
-                n_slots: piece.len() as u32,
+        let (key, fraud) = part_of(order[start] as usize);
+        let end = start + order[start..].partition_point(|&i| part_of(i as usize) == (key, fraud));
+        let mut lists = Vec::new();
+        let mut at = start;
+        while at < end {
+            let cell = assignment[order[at] as usize];
+            let len = order[at..end].partition_point(|&i| assignment[i as usize] == cell);
+            lists.push(ListItem {
+                cell,
+                center: center(&order[at..at + len], &refs.vectors),
+                rows: at..at + len,
             });
-            boxes.push(b);
+            at += len;
         }
-        // Pad the list to a whole group.
-        while !ids.len().is_multiple_of(GROUP_ROWS) {
-            rows.push([0; LANES]);
-            ids.push(PAD_ID);
-        }
-
-        let first_super = super_bounds.len() as u32;
-        for run in boxes.chunks(SUPER_BLOCKS) {
-            let mut b = empty_box();
-            run.iter().for_each(|r| grow_box(&mut b, r));
-            super_bounds.push(b);
-            block_bounds.push(bounds_group(run));
-        }
-        lists.push(List {
-            cell,
-            first_block,
-            n_blocks: blocks.len() as u32 - first_block,
-            first_super,
+        let first_slot = b.ids.len() as u32;
+        let partition = partitions.len() as u32;
+        let (root, bounds) = b.lists_child(&mut order, &mut lists, partition);
+        partitions.push(Partition {
+            key,
+            fraud,
+            root,
+            first_slot,
+            end_slot: b.ids.len() as u32,
+            bounds,
         });
-        list_keys.push(key);
-        list_boxes.push(list_box);
-        let c = &centroids[cell as usize];
-        let mut c_lanes = [0i16; LANES];
-        for (l, &d) in ROW_DIMS.iter().enumerate() {
-            c_lanes[l] = ((c[d] as f64) * SCALE).round().clamp(-SCALE, SCALE) as i16;
-        }
-        list_centroid_lanes.push(c_lanes);
         start = end;
     }
-
-    // key_lists[k]..key_lists[k + 1] are the lists of key k.
-    let mut key_lists = vec![0u32; KEYS + 1];
-    for &k in &list_keys {
-        key_lists[k as usize + 1] += 1;
-    }
-    for k in 0..KEYS {
-        key_lists[k + 1] += key_lists[k];
-    }
-    // Pad the per-list tables to whole groups of 8 lists.
-    while list_keys.len() % GROUP_ROWS != 0 {
-        list_keys.push(0);
-        list_boxes.push(Bounds {
-            lo: [0; 16],
-            hi: [0; 16],
-        });
-        list_centroid_lanes.push([0; LANES]);
-    }
-    // The centroids use the i16 row layout, so the list pass reuses the row kernel.
-    let crate::format::Codes::I16(list_centroids) =
-        codec::encode(CodecKind::I16, &list_centroid_lanes)
-    else {
-        unreachable!("the i16 codec yields i16 groups")
-    };
-    let list_bounds = list_boxes
-        .chunks_exact(GROUP_ROWS)
-        .map(bounds_group)
-        .collect();
 
     let n_fraud = refs.fraud.iter().filter(|&&f| f).count() as u32;
     Index {
@@ -263,57 +203,269 @@ pub fn build(
             packer: concat!("index-pack ", env!("CARGO_PKG_VERSION")).to_string(),
         },
         centroids: centroids.to_vec(),
-        lists,
-        list_keys,
-        key_lists,
-        list_centroids,
-        list_bounds,
-        blocks,
-        block_bounds,
-        super_bounds,
-        ids,
-        codes: codec::encode(params.codec, &rows),
+        partitions,
+        lists: b.lists,
+        node_children: b.node_children,
+        node_bounds: b.node_bounds,
+        blocks: b.blocks,
+        codes: codec::encode(params.codec, &b.rows),
+        ids: b.ids,
     }
 }
 
-/// Splits `members` (reordered in place) into pieces of at most `max` rows, every piece but the
-/// last a multiple of GROUP_ROWS long; pushes piece ranges in order.
-fn split(
-    members: &mut [u32],
-    vectors: &[[i16; DIMS]],
-    max: usize,
-    out: &mut Vec<std::ops::Range<usize>>,
-) {
-    fn go(
-        m: &mut [u32],
-        base: usize,
-        v: &[[i16; DIMS]],
-        max: usize,
-        out: &mut Vec<std::ops::Range<usize>>,
-    ) {
-        if m.len() <= max {
-            out.push(base..base + m.len());
-            return;
+/// One inverted list while its partition's tree is built: its cell, the mean of its rows (the
+/// upper nodes group lists by it) and its rows, a range of the sorted reference order.
+struct ListItem {
+    cell: u32,
+    center: [i32; LANES],
+    rows: std::ops::Range<usize>,
+}
+
+/// The tables a tree is written into, in the order the depth-first walk emits them.
+struct Builder<'a> {
+    refs: &'a References,
+    block_rows: usize,
+    node_children: Vec<[ChildRef; FANOUT]>,
+    node_bounds: Vec<BoundsGroup>,
+    blocks: Vec<Block>,
+    lists: Vec<List>,
+    ids: Vec<u32>,
+    rows: Vec<RowLanes>,
+}
+
+impl Builder<'_> {
+    /// A node with no children yet; its index is final (siblings get consecutive indices).
+    fn reserve_node(&mut self) -> u32 {
+        self.node_children.push([NO_CHILD; FANOUT]);
+        self.node_bounds.push(bounds_group(&[]));
+        (self.node_children.len() - 1) as u32
+    }
+
+    fn set_node(&mut self, node: u32, children: [ChildRef; FANOUT], boxes: &[Bounds]) -> Bounds {
+        self.node_children[node as usize] = children;
+        self.node_bounds[node as usize] = bounds_group(boxes);
+        union(boxes)
+    }
+
+    /// The subtree over `lists` (one list: that list's own subtree).
+    fn lists_child(
+        &mut self,
+        order: &mut [u32],
+        lists: &mut [ListItem],
+        partition: u32,
+    ) -> (ChildRef, Bounds) {
+        if let [list] = lists {
+            return self.list_child(order, list, partition);
         }
-        let mut widest = (0usize, -1i32);
-        for &d in ROW_DIMS.iter() {
-            let (lo, hi) = m.iter().fold((i16::MAX, i16::MIN), |(lo, hi), &i| {
-                let x = v[i as usize][d];
-                (lo.min(x), hi.max(x))
-            });
-            let spread = hi as i32 - lo as i32;
-            if spread > widest.1 {
-                widest = (d, spread);
+        let node = self.reserve_node();
+        let bounds = self.fill_lists_node(node, order, lists, partition);
+        (node, bounds)
+    }
+
+    /// Up to [`FANOUT`] groups of nearby lists (halvings on the widest spread of their centers,
+    /// balanced by rows), each a child.
+    fn fill_lists_node(
+        &mut self,
+        node: u32,
+        order: &mut [u32],
+        lists: &mut [ListItem],
+        partition: u32,
+    ) -> Bounds {
+        let parts = FANOUT.min(lists.len());
+        let groups = split_into(lists.len(), parts, &mut |r, left, parts| {
+            let part = &mut lists[r];
+            let lane = widest(part.iter().map(|l| l.center));
+            part.sort_by_key(|l| (l.center[lane], l.cell));
+            // The first `left` of `parts` shares of the rows, at least one list each side.
+            let total: usize = part.iter().map(|l| l.rows.len()).sum();
+            let want = total * left / parts;
+            let mut acc = 0;
+            let cut = part
+                .iter()
+                .position(|l| {
+                    acc += l.rows.len();
+                    acc >= want
+                })
+                .map_or(1, |i| i + 1);
+            cut.clamp(left.min(part.len() - 1), part.len() - (parts - left))
+        });
+        let mut children = [NO_CHILD; FANOUT];
+        for (c, g) in groups.iter().enumerate() {
+            if g.len() > 1 {
+                children[c] = self.reserve_node();
             }
         }
-        let d = widest.0;
-        m.sort_unstable_by_key(|&i| (v[i as usize][d], i));
-        let half = (m.len() / 2 / GROUP_ROWS * GROUP_ROWS).max(GROUP_ROWS);
-        let (left, right) = m.split_at_mut(half);
-        go(left, base, v, max, out);
-        go(right, base + half, v, max, out);
+        let mut boxes = Vec::with_capacity(groups.len());
+        for (c, g) in groups.into_iter().enumerate() {
+            let (child, b) = if children[c] == NO_CHILD {
+                self.list_child(order, &mut lists[g.start], partition)
+            } else {
+                let b = self.fill_lists_node(children[c], order, &mut lists[g], partition);
+                (children[c], b)
+            };
+            children[c] = child;
+            boxes.push(b);
+        }
+        self.set_node(node, children, &boxes)
     }
-    go(members, 0, vectors, max, out);
+
+    /// One list's subtree, its rows padded to a whole group after it.
+    fn list_child(
+        &mut self,
+        order: &mut [u32],
+        list: &mut ListItem,
+        partition: u32,
+    ) -> (ChildRef, Bounds) {
+        let first_slot = self.ids.len() as u32;
+        let members = &mut order[list.rows.clone()];
+        let (root, bounds) = if members.len() <= self.block_rows {
+            self.block(members)
+        } else {
+            let node = self.reserve_node();
+            (node, self.fill_rows_node(node, members))
+        };
+        while !self.ids.len().is_multiple_of(GROUP_ROWS) {
+            self.rows.push([0; LANES]);
+            self.ids.push(PAD_ID);
+        }
+        self.lists.push(List {
+            cell: list.cell,
+            partition,
+            root,
+            first_slot,
+            end_slot: self.ids.len() as u32,
+        });
+        (root, bounds)
+    }
+
+    /// A node over a list's rows: as few children as keep the subtree at its least height (a
+    /// node of height h holds at most 8^h blocks), cut by k-d halvings on the widest lane into
+    /// pieces of even block counts, each piece a whole number of groups but the last.
+    fn fill_rows_node(&mut self, node: u32, members: &mut [u32]) -> Bounds {
+        let vectors = &self.refs.vectors;
+        let br = self.block_rows;
+        let blocks = members.len().div_ceil(br);
+        let mut per_child = 1;
+        while per_child * FANOUT < blocks {
+            per_child *= FANOUT;
+        }
+        let parts = blocks.div_ceil(per_child);
+        let cap = per_child * br;
+        let pieces = split_into(members.len(), parts, &mut |r, left, parts| {
+            let part = &mut members[r];
+            let lane = widest(part.iter().map(|&i| lanes32(&vectors[i as usize])));
+            part.sort_unstable_by_key(|&i| (vectors[i as usize][ROW_DIMS[lane]], i));
+            // Near the proportional cut, a whole number of groups, each side within capacity.
+            let n = part.len();
+            let lo = n
+                .saturating_sub((parts - left) * cap)
+                .max(1)
+                .next_multiple_of(GROUP_ROWS);
+            let hi = (left * cap).min(n - 1) / GROUP_ROWS * GROUP_ROWS;
+            let want = (n * left / parts + GROUP_ROWS / 2) / GROUP_ROWS * GROUP_ROWS;
+            want.clamp(lo, hi.max(lo))
+        });
+        let mut children = [NO_CHILD; FANOUT];
+        for (c, p) in pieces.iter().enumerate() {
+            if p.len() > br {
+                children[c] = self.reserve_node();
+            }
+        }
+        let mut boxes = Vec::with_capacity(pieces.len());
+        for (c, p) in pieces.into_iter().enumerate() {
+            let (child, b) = if children[c] == NO_CHILD {
+                self.block(&members[p])
+            } else {
+                (
+                    children[c],
+                    self.fill_rows_node(children[c], &mut members[p]),
+                )
+            };
+            children[c] = child;
+            boxes.push(b);
+        }
+        self.set_node(node, children, &boxes)
+    }
+
+    /// A leaf: the rows in slots, one block.
+    fn block(&mut self, members: &[u32]) -> (ChildRef, Bounds) {
+        let first_slot = self.ids.len() as u32;
+        let mut b = empty_box();
+        for &i in members {
+            let lanes = lanes_of(&self.refs.vectors[i as usize]);
+            grow(&mut b, &lanes);
+            self.rows.push(lanes);
+            self.ids.push((i << 1) | self.refs.fraud[i as usize] as u32);
+        }
+        self.blocks.push(Block {
+            first_slot,
+            n_slots: members.len() as u32,
+        });
+        ((self.blocks.len() - 1) as u32 | BLOCK_BIT, b)
+    }
+}
+
+/// Splits `0..len` into `parts` consecutive ranges by recursive halving: a range of `p > 1`
+/// parts is cut by `cut(range, left, p)`, which may reorder that range and returns the length of
+/// its first `left = p / 2` parts.
+fn split_into(
+    len: usize,
+    parts: usize,
+    cut: &mut dyn FnMut(std::ops::Range<usize>, usize, usize) -> usize,
+) -> Vec<std::ops::Range<usize>> {
+    fn go(
+        r: std::ops::Range<usize>,
+        parts: usize,
+        cut: &mut dyn FnMut(std::ops::Range<usize>, usize, usize) -> usize,
+        out: &mut Vec<std::ops::Range<usize>>,
+    ) {
+        if parts <= 1 || r.len() <= 1 {
+            out.push(r);
+            return;
+        }
+        let left = parts / 2;
+        let at = r.start + cut(r.clone(), left, parts);
+        go(r.start..at, left, cut, out);
+        go(at..r.end, parts - left, cut, out);
+    }
+    let mut out = Vec::with_capacity(parts);
+    go(0..len, parts, cut, &mut out);
+    out
+}
+
+/// The lane (index into the row lanes) with the largest spread over `points`.
+fn widest(points: impl Iterator<Item = [i32; LANES]>) -> usize {
+    let (mut lo, mut hi) = ([i32::MAX; LANES], [i32::MIN; LANES]);
+    for p in points {
+        for l in 0..LANES {
+            lo[l] = lo[l].min(p[l]);
+            hi[l] = hi[l].max(p[l]);
+        }
+    }
+    (0..ROW_DIMS.len())
+        .max_by_key(|&l| (hi[l] - lo[l], std::cmp::Reverse(l)))
+        .unwrap()
+}
+
+fn lanes32(v: &[i16; DIMS]) -> [i32; LANES] {
+    lanes_of(v).map(i32::from)
+}
+
+/// The mean of some rows' lanes, rounded down.
+fn center(members: &[u32], vectors: &[[i16; DIMS]]) -> [i32; LANES] {
+    let mut sum = [0i64; LANES];
+    for &i in members {
+        for (s, x) in sum.iter_mut().zip(lanes32(&vectors[i as usize])) {
+            *s += x as i64;
+        }
+    }
+    sum.map(|s| s.div_euclid(members.len().max(1) as i64) as i32)
+}
+
+fn union(boxes: &[Bounds]) -> Bounds {
+    let mut b = empty_box();
+    boxes.iter().for_each(|x| grow_box(&mut b, x));
+    b
 }
 
 fn empty_box() -> Bounds {

@@ -155,7 +155,18 @@ fn inspect(path: &std::path::Path) -> Result<()> {
         "cells           {} (k-means, {} iterations, seed {})",
         h.cells, h.kmeans_iters, h.kmeans_seed
     );
-    println!("lists           {}", index.lists.len());
+    println!(
+        "partitions      {} (key x label), lists {}",
+        index.partitions.len(),
+        index.lists.len()
+    );
+    println!(
+        "tree            {} nodes ({:.1} MB of boxes), depth {}..{}",
+        index.node_children.len(),
+        (index.node_bounds.len() * std::mem::size_of::<format::BoundsGroup>()) as f64 / 1e6,
+        depths(index).0,
+        depths(index).1
+    );
     println!(
         "blocks          {} (at most {} rows)",
         index.blocks.len(),
@@ -165,4 +176,26 @@ fn inspect(path: &std::path::Path) -> Result<()> {
     println!("packer          {}", h.packer);
     println!("checksum        ok");
     Ok(())
+}
+
+/// The shortest and the longest root-to-block path over all partitions' trees.
+fn depths(index: &format::ArchivedIndex) -> (usize, usize) {
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    let mut stack: Vec<(u32, usize)> = index
+        .partitions
+        .iter()
+        .map(|p| (p.root.to_native(), 0))
+        .collect();
+    while let Some((c, d)) = stack.pop() {
+        if c & format::BLOCK_BIT != 0 {
+            (lo, hi) = (lo.min(d), hi.max(d));
+            continue;
+        }
+        for child in index.node_children[c as usize].iter() {
+            if child.to_native() != format::NO_CHILD {
+                stack.push((child.to_native(), d + 1));
+            }
+        }
+    }
+    (lo, hi)
 }

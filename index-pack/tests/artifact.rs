@@ -179,28 +179,65 @@ fn reference_domain_is_enforced() {
     assert_eq!(layout::to_fixed(&v).unwrap()[5], -10_000);
 }
 
-/// Tables that disagree with each other are refused at open (the search indexes them unchecked
-/// by key range and super-block), even when the checksum is valid.
+/// Tables that disagree with each other are refused at open (the search follows child
+/// references and slot ranges unchecked), even when the checksum is valid.
 #[test]
 fn inconsistent_tables_are_refused() {
     let good = index(CodecKind::I16);
-    let n_lists = good.lists.len() as u32;
+    assert!(good.partitions.len() > 2 && good.node_children.len() > 2);
     type Damage = fn(&mut format::Index);
-    let damage: [(&str, Damage); 3] = [
-        ("key ranges", |i| i.key_lists.swap(1, 2)),
-        ("super-blocks", |i| i.lists[1].first_super += 1),
-        ("block boxes", |i| {
-            i.block_bounds.pop();
+    let damage: [(&str, Damage); 7] = [
+        ("partition order", |i| i.partitions.swap(0, 1)),
+        ("partition slots", |i| i.partitions[1].first_slot += 8),
+        ("node boxes", |i| {
+            i.node_bounds.pop();
+        }),
+        ("a child past the end", |i| i.node_children[0][0] = 1 << 20),
+        ("a node reached twice", |i| {
+            let c = i.node_children[0][0];
+            i.node_children[0][1] = c;
+        }),
+        ("a gap between children", |i| {
+            i.node_children[0][0] = format::NO_CHILD
+        }),
+        ("a list outside its partition", |i| {
+            i.lists[0].end_slot = i.ids.len() as u32 + 8
         }),
     ];
-    assert!(
-        good.key_lists[1] != good.key_lists[2] && n_lists > 2,
-        "the damage must change something"
-    );
     for (what, damage) in damage {
         let mut bad = good.clone();
         damage(&mut bad);
         let err = open(&format::to_artifact(&bad)).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Inconsistent(_)),
+            "{what}: {err:?}"
+        );
+    }
+}
+
+/// Damage only a full read can see is refused by `verify_deep`: a row of the other label in a
+/// partition, and a box that misses what lies below it.
+#[test]
+fn deep_checks_find_labels_and_boxes() {
+    let good = index(CodecKind::I16);
+    let artifact = format::to_artifact(&good);
+    format::verify_deep(&format::aligned_copy(&artifact)).unwrap();
+    type Damage = fn(&mut format::Index);
+    let damage: [(&str, Damage); 3] = [
+        ("a row of the other label", |i| i.ids[0] ^= 1),
+        ("a node box too small", |i| {
+            i.node_bounds[0].hi[0][0] = i.node_bounds[0].lo[0][0] - 1
+        }),
+        ("a partition box too small", |i| {
+            i.partitions[0].bounds.hi[0] = i.partitions[0].bounds.lo[0] - 1
+        }),
+    ];
+    for (what, damage) in damage {
+        let mut bad = good.clone();
+        damage(&mut bad);
+        let bytes = format::aligned_copy(&format::to_artifact(&bad));
+        format::open(&bytes).unwrap_or_else(|e| panic!("{what}: open should pass: {e}"));
+        let err = format::verify_deep(&bytes).unwrap_err();
         assert!(
             matches!(err, FormatError::Inconsistent(_)),
             "{what}: {err:?}"

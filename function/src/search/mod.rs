@@ -1,33 +1,45 @@
-//! Stage 3: the exact 5 nearest references of a query, identical to the contest labeller's.
+//! Stage 3: the 5 nearest references of a query, and their vote, identical to the contest
+//! labeller's.
 //!
 //! The labeller scans all references in file order with f64 squared distances and takes a
 //! candidate only when strictly closer, so its top 5 is the first 5 of the references sorted
-//! by (f64 distance, index). This module finds the same 5 without scanning everything:
+//! by (f64 distance, index). This module finds the same 5 (or, on the request path, the same
+//! number of frauds among them) without scanning everything:
 //!
 //! 1. **Fixed point.** Queries and references are integers k = value x 10000, so the exact
 //!    squared distance D is an integer (units of 1e-8). The labeller's f64 distance differs
 //!    from D x 1e-8 by less than 1e-13, far below the spacing 1e-8 of distinct D, so ordering by
 //!    D agrees with the labeller except among references with *equal* D.
-//! 2. **Pruned scan.** Lists are grouped by their key (the 3 binary dimensions); groups are
-//!    taken nearest key first and skipped when the key distance alone exceeds the current 5th
-//!    distance. In a group, the `probe` lists of nearest centroid go first (while no candidate
-//!    exists yet), then every list whose bounding-box lower bound is <= the current 5th
-//!    distance, in order of that bound, until none is left. Inside a list, super-block boxes and
-//!    then block boxes are tested; passing blocks are scanned nearest box first (so the 5th
-//!    distance falls fast) and stop at the first whose bound exceeds it. Bounds are exact, so no
-//!    reference with D <= the final 5th distance is missed.
-//! 3. **Ties.** Every reference with D <= the running 5th distance is kept, so at the end all
-//!    references tied at the 5th distance are known; only if such a tie crosses the 5th place
-//!    are the tied ones ordered by the labeller's own f64 formula, then by index. That fixes
-//!    which 5 are taken, so the vote. [`Searcher::nearest`] also lists equal D inside the 5 in
-//!    the labeller's order (f64, then index); [`Searcher::frauds`], the request path, needs
-//!    only the set and skips it.
+//! 2. **Pruned best-first walk.** Every partition (key x label) is a tree of boxes. The walk
+//!    keeps a heap of subtrees by the lower bound of their box (the key constant included) and
+//!    always expands the nearest; a subtree whose bound exceeds the running 5th distance `t` is
+//!    never opened. Bounds are exact, so no reference with D <= the final `t` is missed.
+//! 3. **Ties.** Every reference with D <= `t` is kept, so at the end all references tied at the
+//!    5th distance are known; only if such a tie crosses the 5th place are the tied ones ordered
+//!    by the labeller's own f64 formula, then by index. That fixes which 5 are taken, so the
+//!    vote. [`Searcher::nearest`] also lists equal D inside the 5 in the labeller's order (f64,
+//!    then index); [`Searcher::frauds`] needs only the set and skips it.
+//! 4. **The vote, not the neighbours** ([`Searcher::frauds`]). Let `T` be the top 5 of what was
+//!    scanned so far, counted with every candidate tied at `t`, and for a label X let
+//!    `bound(X)` be the largest distance of a candidate *of the other label* in `T` (-1 if
+//!    there is none; unbounded while fewer than 5 are known). A reference x of label X with
+//!    D(x) > bound(X) ranks after every other-label member of `T` (a larger integer distance is
+//!    a larger f64 distance), so adding it to the scanned set can only push out a member of its
+//!    own label, or nothing: the number of frauds in `T` stays the same, and so does `bound`
+//!    of the other label's candidates, which only falls. By induction over all unscanned
+//!    references, the count over everything equals the count over the scanned ones as long as
+//!    every unscanned reference x of label X has D(x) > bound(X) at the end. So a subtree
+//!    (all of one label: partitions are split by label) whose box bound exceeds `bound` of its
+//!    label is *parked*, not opened; `bound` can rise when an other-label candidate enters
+//!    `T`, and then every parked subtree whose bound it now reaches is put back (*replayed*).
+//!    When `T` is unanimous, `bound` of its label is -1 and everything of that label is parked:
+//!    the walk only has to show that nothing of the other label lies within `t`.
 //!
 //! There is no heuristic early stop: the work adapts to the query, the answer does not.
 //!
-//! The search is bound by memory latency (the index is 92 MB, the last-level cache 32 MB), so
-//! the next list's boxes and the next blocks' rows are prefetched while the current ones are
-//! tested; prefetches are hints and cannot change an answer.
+//! The search is bound by memory latency (the index is ~92 MB), so the boxes of a child and the
+//! rows of a block are prefetched when they enter the heap, before they are needed;
+//! prefetches are hints and cannot change an answer.
 
 mod kernels;
 
@@ -37,10 +49,12 @@ pub use kernels::{Kernels, Prepared, Scalar};
 
 use index_pack::codec;
 use index_pack::format::{
-    ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, F16Group, I16Group, DIMS, GROUP_ROWS, KEYS,
-    KEY_DIMS, LANES, ROW_DIMS, SCALE, SUPER_BLOCKS,
+    ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef, F16Group, I16Group, BLOCK_BIT,
+    DIMS, GROUP_ROWS, KEYS, KEY_DIMS, LANES, NO_CHILD, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Neighbours the vote uses.
 pub const K: usize = 5;
@@ -55,31 +69,53 @@ pub struct Neighbour {
     pub distance: i64,
 }
 
-/// Largest useful [`SearchParams::probe`].
-pub const MAX_PROBE: usize = 16;
-
-/// Search tuning. None of it changes answers, only how fast they come.
+/// Search switches. The defaults are the only settings that are both exact and fast; the
+/// others exist to measure what each part gives and to show, in tests, that replay is needed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchParams {
-    /// Lists visited first by centroid distance, before the bound-ordered pass (at most
-    /// [`MAX_PROBE`]).
-    pub probe: usize,
+    /// [`Searcher::frauds`] parks subtrees that cannot change the vote (item 4 of the module
+    /// docs). Off, it proves the 5 neighbours as [`Searcher::nearest`] does (same answers).
+    pub park: bool,
+    /// Parked subtrees are put back when the vote's bounds reach them. Off, the search is NOT
+    /// exact: for tests that show the replay matters.
+    pub replay: bool,
+    /// Prefetch a child's boxes or rows when it enters the heap.
+    pub prefetch: bool,
 }
 
 impl Default for SearchParams {
     fn default() -> Self {
-        SearchParams { probe: 2 }
+        SearchParams {
+            park: true,
+            replay: true,
+            prefetch: true,
+        }
     }
 }
 
 /// Work counters of one search (for benchmarks and tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    pub lists_visited: u32,
-    /// Super-block and block boxes tested.
+    /// Tree nodes whose children were bounded.
+    pub nodes_expanded: u32,
+    /// Boxes whose lower bound was computed (partitions and children).
     pub boxes_tested: u32,
     pub blocks_scanned: u32,
     pub rows_scanned: u32,
+    /// Subtrees set aside because they could not change the vote, and those put back.
+    pub parked: u32,
+    pub replayed: u32,
+}
+
+impl Stats {
+    /// Bytes of index read beyond the partition table: node boxes and children, rows, block
+    /// entries (ids of candidates are not counted).
+    pub fn bytes_touched(&self) -> u64 {
+        let node = (std::mem::size_of::<BoundsGroup>() + 4 * GROUP_ROWS) as u64;
+        self.nodes_expanded as u64 * node
+            + self.rows_scanned as u64 * 2 * LANES as u64
+            + self.blocks_scanned as u64 * 8
+    }
 }
 
 /// An exact k-NN searcher over an archived index.
@@ -108,11 +144,7 @@ impl<'a> Searcher<'a> {
                 simd: Simd::Avx2(k),
             };
         }
-        Searcher {
-            index,
-            params,
-            simd: Simd::Scalar,
-        }
+        Searcher::scalar(index, params)
     }
 
     /// A searcher using the portable kernels (for tests and comparisons).
@@ -142,20 +174,27 @@ impl<'a> Searcher<'a> {
         self.nearest_with_stats(q).0
     }
 
-    /// Number of frauds among the 5 nearest.
+    /// Number of frauds among the 5 nearest: the request path.
     pub fn frauds(&self, q: &[i16; DIMS]) -> usize {
-        self.with_answer(q, |s| {
-            s.cands
+        self.frauds_with_stats(q).0
+    }
+
+    /// As [`Searcher::frauds`], with work counters.
+    pub fn frauds_with_stats(&self, q: &[i16; DIMS]) -> (usize, Stats) {
+        self.with_answer(q, self.params.park, |s| {
+            let frauds = s
+                .cands
                 .iter()
                 .take(K)
                 .filter(|c| self.decode(c).fraud)
-                .count()
+                .count();
+            (frauds, s.stats)
         })
     }
 
     /// As [`Searcher::nearest`], with work counters.
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
-        self.with_answer(q, |s| {
+        self.with_answer(q, false, |s| {
             let mut top: Vec<Cand> = s.cands.iter().take(K).copied().collect();
             // Equal fixed-point distances inside the 5 (a tie across 5th place is already in
             // the labeller's order): the labeller lists them by f64 distance, then file order.
@@ -183,10 +222,20 @@ impl<'a> Searcher<'a> {
     }
 
     /// Runs the search in this thread's scratch and hands the ordered candidates to `f`.
-    fn with_answer<R>(&self, q: &[i16; DIMS], f: impl FnOnce(&Scratch) -> R) -> R {
+    fn with_answer<R>(&self, q: &[i16; DIMS], park: bool, f: impl FnOnce(&Scratch) -> R) -> R {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            self.run(q, &mut s);
+            let walk = Walk {
+                park,
+                replay: self.params.replay,
+                prefetch: self.params.prefetch,
+            };
+            match self.simd {
+                Simd::Scalar => search::<Scalar>(Scalar, self.index, walk, q, &mut s),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `k` exists only if the CPU has AVX2, FMA and F16C.
+                Simd::Avx2(k) => unsafe { search_avx2(k, self.index, walk, q, &mut s) },
+            }
             s.finish(self.index, q);
             f(&s)
         })
@@ -200,15 +249,14 @@ impl<'a> Searcher<'a> {
             distance: c.dist as i64,
         }
     }
+}
 
-    fn run(&self, q: &[i16; DIMS], s: &mut Scratch) {
-        match self.simd {
-            Simd::Scalar => search::<Scalar>(Scalar, self.index, self.params, q, s),
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `k` exists only if the CPU has AVX2, FMA and F16C.
-            Simd::Avx2(k) => unsafe { search_avx2(k, self.index, self.params, q, s) },
-        }
-    }
+/// What one walk does (from [`SearchParams`] and the entry point).
+#[derive(Clone, Copy)]
+struct Walk {
+    park: bool,
+    replay: bool,
+    prefetch: bool,
 }
 
 /// The search compiled with AVX2 enabled, so the kernels inline into its loops.
@@ -217,11 +265,11 @@ impl<'a> Searcher<'a> {
 unsafe fn search_avx2(
     k: Avx2,
     index: &ArchivedIndex,
-    params: SearchParams,
+    walk: Walk,
     q: &[i16; DIMS],
     s: &mut Scratch,
 ) {
-    search::<Avx2>(k, index, params, q, s)
+    search::<Avx2>(k, index, walk, q, s)
 }
 
 thread_local! {
@@ -235,53 +283,96 @@ struct Cand {
     slot: u32,
 }
 
+/// A subtree waiting in the heap or parked: its box's lower bound (key constant included), the
+/// subtree, and its partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    bound: i32,
+    child: ChildRef,
+    partition: u32,
+}
+
 /// Per-thread buffers reused across searches (no allocation per query once warm).
 #[derive(Default)]
 struct Scratch {
-    list_dist: Vec<i32>,
-    list_bound: Vec<i32>,
-    visited: Vec<bool>,
-    pending: Vec<(i32, u32)>,
-    /// Blocks of the list being visited that passed their box test: (bound, block).
-    blocks: Vec<(i32, u32)>,
-    /// Super-blocks of the list being visited that passed: (super-block, first block, end).
-    supers: Vec<(u32, u32, u32)>,
+    heap: BinaryHeap<Reverse<Pending>>,
+    parked: Vec<Pending>,
     /// All references seen with distance <= the running 5th distance.
     cands: Vec<Cand>,
-    /// The 5 smallest distances seen (with repetition), ascending.
-    best: [i32; K],
+    /// The 5 smallest distances seen (with repetition), ascending, with their labels.
+    best: [(i32, bool); K],
+    /// Labels (bit 0 legit, bit 1 fraud) of candidates at exactly the 5th distance that are
+    /// not in `best` (ties across 5th place).
+    tied: u8,
     stats: Stats,
 }
 
+fn label_bit(fraud: bool) -> u8 {
+    1 << fraud as u8
+}
+
 impl Scratch {
-    fn reset(&mut self, lists: usize) {
-        // Entries of a key group are written before they are read: no need to clear them.
-        self.list_dist.resize(lists.next_multiple_of(GROUP_ROWS), 0);
-        self.list_bound
-            .resize(lists.next_multiple_of(GROUP_ROWS), 0);
-        self.visited.clear();
-        self.visited.resize(lists, false);
-        self.pending.clear();
+    fn reset(&mut self) {
+        self.heap.clear();
+        self.parked.clear();
         self.cands.clear();
-        self.best = [i32::MAX; K];
+        self.best = [(i32::MAX, false); K];
+        self.tied = 0;
         self.stats = Stats::default();
     }
 
     /// The running threshold: a reference can still matter only if its distance is <= this.
     #[inline(always)]
     fn threshold(&self) -> i32 {
-        self.best[K - 1]
+        self.best[K - 1].0
+    }
+
+    /// How near a reference labelled `fraud` must be to change the vote: the largest distance
+    /// of an other-label candidate among the 5 and the ties at 5th place (module docs, item 4).
+    #[inline]
+    fn vote_bound(&self, fraud: bool) -> i32 {
+        let t = self.threshold();
+        if t == i32::MAX || self.tied & label_bit(!fraud) != 0 {
+            return t;
+        }
+        self.best
+            .iter()
+            .filter(|b| b.1 != fraud)
+            .map(|b| b.0)
+            .max()
+            .unwrap_or(-1)
+    }
+
+    /// The bound a subtree of this label is opened under.
+    #[inline(always)]
+    fn bound(&self, walk: Walk, fraud: bool) -> i32 {
+        if walk.park {
+            self.vote_bound(fraud)
+        } else {
+            self.threshold()
+        }
     }
 
     #[inline(never)]
-    fn offer(&mut self, dist: i32, slot: u32) {
-        if dist < self.best[K - 1] {
+    fn offer(&mut self, dist: i32, slot: u32, fraud: bool) {
+        let t = self.threshold();
+        if dist < t {
+            let removed = self.best[K - 1];
             let mut i = K - 1;
-            while i > 0 && self.best[i - 1] > dist {
+            while i > 0 && self.best[i - 1].0 > dist {
                 self.best[i] = self.best[i - 1];
                 i -= 1;
             }
-            self.best[i] = dist;
+            self.best[i] = (dist, fraud);
+            let now = self.threshold();
+            if now < t {
+                self.tied = 0;
+            }
+            if removed.0 == now {
+                self.tied |= label_bit(removed.1);
+            }
+        } else {
+            self.tied |= label_bit(fraud);
         }
         self.cands.push(Cand { dist, slot });
         if self.cands.len() >= 64 {
@@ -317,6 +408,37 @@ impl Scratch {
             }
         }
     }
+
+    /// Files a subtree: into the heap, parked, or nowhere (too far for anything).
+    #[inline(always)]
+    fn file(&mut self, walk: Walk, p: Pending, fraud: bool) -> bool {
+        if p.bound > self.threshold() {
+            return false;
+        }
+        if p.bound > self.bound(walk, fraud) {
+            self.stats.parked += 1;
+            self.parked.push(p);
+            return false;
+        }
+        self.heap.push(Reverse(p));
+        true
+    }
+
+    /// Puts back every parked subtree the vote's bounds now reach.
+    fn replay(&mut self, index: &ArchivedIndex) {
+        let mut i = 0;
+        while i < self.parked.len() {
+            let p = self.parked[i];
+            let fraud = index.partitions[p.partition as usize].fraud;
+            if p.bound <= self.vote_bound(fraud) {
+                self.parked.swap_remove(i);
+                self.stats.replayed += 1;
+                self.heap.push(Reverse(p));
+            } else {
+                i += 1;
+            }
+        }
+    }
 }
 
 /// The labeller's distance: f64 components k / 10000, `sum += d * d` in dimension order.
@@ -331,30 +453,20 @@ pub fn labeller_distance(q: &[i16; DIMS], r: &[f64; DIMS]) -> f64 {
 
 /// The vector stored in a slot, as the codec holds it (exact for i16), with the key dims.
 pub fn stored_vector(index: &ArchivedIndex, slot: u32) -> [f64; DIMS] {
-    let slot = slot as usize;
-    let list = list_of_slot(index, slot);
-    let key = index.list_keys[list].to_native();
+    let part = index
+        .partitions
+        .partition_point(|p| p.first_slot.to_native() <= slot)
+        - 1;
+    let key = index.partitions[part].key.to_native();
     let mut v = [0f64; DIMS];
     for (l, &d) in ROW_DIMS.iter().enumerate() {
         // For i16 this is k as f64 / 10000, the labeller's value of a 4-decimal component.
-        v[d] = codec::decode_lane(&index.codes, slot, l);
+        v[d] = codec::decode_lane(&index.codes, slot as usize, l);
     }
     for (i, &d) in KEY_DIMS.iter().enumerate() {
         v[d] = ((key >> i) & 1) as f64;
     }
     v
-}
-
-fn list_of_slot(index: &ArchivedIndex, slot: usize) -> usize {
-    // Blocks are in slot order; find the block, then the list that owns it.
-    let b = index
-        .blocks
-        .partition_point(|b| b.first_slot.to_native() as usize <= slot)
-        - 1;
-    index
-        .lists
-        .partition_point(|l| l.first_block.to_native() as usize <= b)
-        - 1
 }
 
 // The archived row types have the same layout as the native ones on a little-endian target
@@ -398,15 +510,8 @@ fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
 }
 
 #[inline(always)]
-fn search<S: Kernels>(
-    k: S,
-    index: &ArchivedIndex,
-    params: SearchParams,
-    q: &[i16; DIMS],
-    s: &mut Scratch,
-) {
-    let n_lists = index.lists.len();
-    s.reset(n_lists);
+fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
+    s.reset();
     let mut lanes = [0i16; LANES];
     for (l, &d) in ROW_DIMS.iter().enumerate() {
         lanes[l] = q[d];
@@ -414,169 +519,80 @@ fn search<S: Kernels>(
     let prep = Prepared::new(lanes);
     let keyc = key_constants(q);
 
-    // Key groups nearest first. The query's own key (constant 0) usually holds all 5 neighbours;
-    // a group whose key constant alone exceeds the threshold cannot hold any, so it is skipped
-    // without even computing its lists' bounds (one binary dimension apart costs 1e8).
-    let mut keys: [(i32, usize); KEYS] = std::array::from_fn(|key| (keyc[key], key));
-    keys.sort_unstable();
-    for (kc, key) in keys {
-        if kc > s.threshold() {
-            break;
+    for (i, p) in index.partitions.iter().enumerate() {
+        s.stats.boxes_tested += 1;
+        let bound = keyc[p.key.to_native() as usize] + k.box_lower_bound(bounds(&p.bounds), &prep);
+        let pending = Pending {
+            bound,
+            child: p.root.to_native(),
+            partition: i as u32,
+        };
+        if s.file(walk, pending, p.fraud) && walk.prefetch {
+            prefetch_child(index, pending.child);
         }
-        let lists = index.key_lists[key].to_native() as usize
-            ..index.key_lists[key + 1].to_native() as usize;
-        if !lists.is_empty() {
-            visit_key_group(k, index, params, lists, kc, &prep, s);
+    }
+    while let Some(Reverse(p)) = s.heap.pop() {
+        if p.bound > s.threshold() {
+            break; // everything left in the heap is at least as far
+        }
+        let part = &index.partitions[p.partition as usize];
+        let fraud = part.fraud;
+        if p.bound > s.bound(walk, fraud) {
+            // Filed before the vote's bound fell below it.
+            s.stats.parked += 1;
+            s.parked.push(p);
+            continue;
+        }
+        let kc = keyc[part.key.to_native() as usize];
+        if p.child & BLOCK_BIT != 0 {
+            let before = s.cands.len();
+            scan_block(
+                k,
+                index,
+                (p.child & !BLOCK_BIT) as usize,
+                kc,
+                fraud,
+                &prep,
+                s,
+            );
+            if walk.replay && walk.park && s.cands.len() != before && !s.parked.is_empty() {
+                s.replay(index);
+            }
+            continue;
+        }
+        let n = p.child as usize;
+        s.stats.nodes_expanded += 1;
+        let children = &index.node_children[n];
+        let lbs = k.boxes_lower_bound(bounds_group(&index.node_bounds[n]), &prep);
+        for (c, &lb) in children.iter().zip(&lbs) {
+            let child = c.to_native();
+            if child == NO_CHILD {
+                break;
+            }
+            s.stats.boxes_tested += 1;
+            let pending = Pending {
+                bound: kc + lb,
+                child,
+                partition: p.partition,
+            };
+            if s.file(walk, pending, fraud) && walk.prefetch {
+                prefetch_child(index, child);
+            }
         }
     }
 }
 
-/// Visits, nearest bound first, every list of one key group whose bound is within the
-/// threshold. `kc` is the group's key constant (the key dims' share of every distance in it).
-#[allow(clippy::too_many_arguments)]
+/// Asks the CPU to start loading what expanding `child` reads first (a hint: no effect on
+/// results): a node's child boxes, or a block's rows.
 #[inline(always)]
-fn visit_key_group<S: Kernels>(
-    k: S,
-    index: &ArchivedIndex,
-    params: SearchParams,
-    lists: std::ops::Range<usize>,
-    kc: i32,
-    prep: &Prepared,
-    s: &mut Scratch,
-) {
-    // Centroid distance and box lower bound of each list, 8 lists at a time. The groups at the
-    // ends of the range may hold lists of other keys: their entries are not read here.
-    for g in lists.start / GROUP_ROWS..lists.end.div_ceil(GROUP_ROWS) {
-        let cd = k.i16_group(i16_group(&index.list_centroids[g]), prep, kc);
-        let lb = k.boxes_lower_bound(bounds_group(&index.list_bounds[g]), prep);
-        for r in 0..GROUP_ROWS {
-            s.list_dist[g * GROUP_ROWS + r] = cd[r];
-            s.list_bound[g * GROUP_ROWS + r] = lb[r] + kc;
-        }
-    }
-
-    // With no candidate yet, probe the nearest centroids first: they give a small threshold early.
-    if s.threshold() == i32::MAX {
-        let probe = params.probe.min(lists.len()).min(MAX_PROBE);
-        let mut nearest = [(i32::MAX, 0u32); MAX_PROBE];
-        if probe > 0 {
-            for i in lists.clone() {
-                let d = s.list_dist[i];
-                // Rarely taken: the common case is one compare per list.
-                if d < nearest[probe - 1].0 {
-                    let mut j = probe - 1;
-                    while j > 0 && nearest[j - 1].0 > d {
-                        nearest[j] = nearest[j - 1];
-                        j -= 1;
-                    }
-                    nearest[j] = (d, i as u32);
-                }
-            }
-        }
-        for &(_, l) in &nearest[..probe] {
-            prefetch_supers(index, l as usize);
-        }
-        for &(_, l) in &nearest[..probe] {
-            visit_list(k, index, l as usize, kc, prep, s);
-        }
-    }
-
-    // Then every list whose bound can still hold a reference <= the threshold, nearest bound first.
-    let t = s.threshold();
-    s.pending.clear();
-    for i in lists {
-        if s.list_bound[i] <= t && !s.visited[i] {
-            s.pending.push((s.list_bound[i], i as u32));
-        }
-    }
-    s.pending.sort_unstable();
-    for j in 0..s.pending.len() {
-        let (bound, l) = s.pending[j];
-        if bound > s.threshold() {
-            break;
-        }
-        // The next list's boxes load while this one is scanned.
-        if let Some(&(next_bound, next)) = s.pending.get(j + 1) {
-            if next_bound <= s.threshold() {
-                prefetch_supers(index, next as usize);
-            }
-        }
-        visit_list(k, index, l as usize, kc, prep, s);
-    }
-}
-
-/// Visits one list: `c` is its key constant (the same for the whole key group).
-#[inline(always)]
-fn visit_list<S: Kernels>(
-    k: S,
-    index: &ArchivedIndex,
-    l: usize,
-    c: i32,
-    prep: &Prepared,
-    s: &mut Scratch,
-) {
-    s.visited[l] = true;
-    if s.list_bound[l] > s.threshold() {
+fn prefetch_child(index: &ArchivedIndex, child: ChildRef) {
+    if child & BLOCK_BIT == 0 {
+        let n = child as usize;
+        prefetch(std::slice::from_ref(&index.node_bounds[n]));
+        prefetch(std::slice::from_ref(&index.node_children[n]));
         return;
     }
-    s.stats.lists_visited += 1;
-    let list = &index.lists[l];
-    let first = list.first_block.to_native() as usize;
-    let end = first + list.n_blocks.to_native() as usize;
-    let first_super = list.first_super.to_native() as usize;
-
-    // Every block whose box can still hold a row <= the threshold, with its bound. Super-block
-    // boxes first, so the block boxes of all passing super-blocks are requested together.
-    s.supers.clear();
-    for (i, run) in (first..end).step_by(SUPER_BLOCKS).enumerate() {
-        let sup = first_super + i;
-        s.stats.boxes_tested += 1;
-        if c + k.box_lower_bound(bounds(&index.super_bounds[sup]), prep) <= s.threshold() {
-            let run_end = (run + SUPER_BLOCKS).min(end);
-            prefetch(std::slice::from_ref(&index.block_bounds[sup]));
-            prefetch(&index.blocks[run..run_end]);
-            s.supers.push((sup as u32, run as u32, run_end as u32));
-        }
-    }
-    s.blocks.clear();
-    for &(sup, run, run_end) in &s.supers {
-        s.stats.boxes_tested += run_end - run;
-        let lbs = k.boxes_lower_bound(bounds_group(&index.block_bounds[sup as usize]), prep);
-        for (b, &lb) in (run..run_end).zip(&lbs) {
-            if c + lb <= s.best[K - 1] {
-                s.blocks.push((c + lb, b));
-            }
-        }
-    }
-    // Nearest box first: the threshold falls fastest and the blocks after it are pruned. Their
-    // rows are requested a few blocks ahead so that the DRAM misses overlap (the search is bound
-    // by memory latency over the 94 MB index, not by arithmetic).
-    s.blocks.sort_unstable();
-    for &(_, b) in s.blocks.iter().take(PREFETCH_BLOCKS) {
-        prefetch_rows(index, b as usize);
-    }
-    for j in 0..s.blocks.len() {
-        let (lb, b) = s.blocks[j];
-        if lb > s.threshold() {
-            break;
-        }
-        if let Some(&(ahead_lb, ahead)) = s.blocks.get(j + PREFETCH_BLOCKS) {
-            if ahead_lb <= s.threshold() {
-                prefetch_rows(index, ahead as usize);
-            }
-        }
-        scan_block(k, index, b as usize, c, prep, s);
-    }
-}
-
-/// Blocks whose rows are requested ahead of the one being scanned (2, 4, 6 and 8 measured:
-/// 4 gave the lowest cold p50 and p99 on the public set).
-const PREFETCH_BLOCKS: usize = 4;
-
-/// Asks the CPU to start loading the rows of block `b` (a hint: no effect on results).
-#[inline(always)]
-fn prefetch_rows(index: &ArchivedIndex, b: usize) {
-    let block = &index.blocks[b];
+    let block = &index.blocks[(child & !BLOCK_BIT) as usize];
     let start = block.first_slot.to_native() as usize;
     let groups =
         start / GROUP_ROWS..(start + block.n_slots.to_native() as usize).div_ceil(GROUP_ROWS);
@@ -584,15 +600,6 @@ fn prefetch_rows(index: &ArchivedIndex, b: usize) {
         ArchivedCodes::I16(g) => prefetch(&g[groups]),
         ArchivedCodes::F16(g) => prefetch(&g[groups]),
     }
-}
-
-/// Asks the CPU to start loading the super-block boxes of list `l`.
-#[inline(always)]
-fn prefetch_supers(index: &ArchivedIndex, l: usize) {
-    let list = &index.lists[l];
-    let first = list.first_super.to_native() as usize;
-    let n = (list.n_blocks.to_native() as usize).div_ceil(SUPER_BLOCKS);
-    prefetch(&index.super_bounds[first..first + n]);
 }
 
 /// Prefetches every cache line of `data` into all cache levels.
@@ -612,13 +619,14 @@ fn prefetch<T>(data: &[T]) {
     let _ = data;
 }
 
-/// Scans the rows of a block whose box passed.
+/// Scans the rows of a block whose box passed; `c` is its partition's key constant.
 #[inline(always)]
 fn scan_block<S: Kernels>(
     k: S,
     index: &ArchivedIndex,
     b: usize,
     c: i32,
+    fraud: bool,
     prep: &Prepared,
     s: &mut Scratch,
 ) {
@@ -628,22 +636,22 @@ fn scan_block<S: Kernels>(
     let slots = block.n_slots.to_native() as usize;
     s.stats.rows_scanned += slots as u32;
     let end = start + slots;
-    for g in start / GROUP_ROWS..(start + slots).div_ceil(GROUP_ROWS) {
+    for g in start / GROUP_ROWS..end.div_ceil(GROUP_ROWS) {
         let d = match &index.codes {
             ArchivedCodes::I16(groups) => k.i16_group(i16_group(&groups[g]), prep, c),
             ArchivedCodes::F16(groups) => k.f16_group(f16_group(&groups[g]), prep, c),
         };
-        let t = s.threshold();
-        if d.iter().all(|&x| x > t) {
-            continue;
-        }
-        for (r, &x) in d.iter().enumerate() {
+        let mut hits = k.at_most(&d, s.threshold());
+        while hits != 0 {
+            let r = hits.trailing_zeros() as usize;
+            hits &= hits - 1;
             let slot = g * GROUP_ROWS + r;
-            // Slots past the block's rows pad its last group; the check needs no id load.
-            if x <= s.threshold() && slot < end {
+            // Slots past the block's rows pad its last group; the check needs no id load. The
+            // threshold may have fallen since the mask was taken.
+            if slot < end && d[r] <= s.threshold() {
                 // Its id is read when the candidates are ordered: start loading it now.
                 prefetch(&index.ids[slot..slot + 1]);
-                s.offer(x, slot as u32);
+                s.offer(d[r], slot as u32, fraud);
             }
         }
     }

@@ -106,8 +106,13 @@ fn check_query(searcher: &Searcher, refs: &References, oracle: &Oracle, q: &[i16
 
 fn searchers(idx: &ArchivedIndex) -> Vec<Searcher<'_>> {
     let mut s = vec![Searcher::scalar(idx, SearchParams::default())];
-    for probe in [0, 1, 64] {
-        s.push(Searcher::new(idx, SearchParams { probe }));
+    for (park, prefetch) in [(true, true), (false, true), (true, false)] {
+        let params = SearchParams {
+            park,
+            prefetch,
+            ..SearchParams::default()
+        };
+        s.push(Searcher::new(idx, params));
     }
     s
 }
@@ -300,6 +305,109 @@ fn f64_order_decides_equal_integer_distances_across_fifth_place() {
     assert_eq!(built, 40, "constructed only {built} cases");
 }
 
+/// An index over `points` (lane values, label) with one k-means cell per point group: group g
+/// of `groups` is cell g, so each group is its own list and block and the walk meets them in
+/// the order of their boxes' bounds. Every other lane is 0, like the query's.
+fn placed(groups: &[&[(&[(usize, i16)], bool)]]) -> (References, AlignedVec<32>) {
+    let mut refs = References::default();
+    let mut assignment = Vec::new();
+    for (g, points) in groups.iter().enumerate() {
+        for (lanes, fraud) in points.iter() {
+            let mut v = [0i16; DIMS];
+            for &(d, x) in lanes.iter() {
+                v[d] = x;
+            }
+            refs.vectors.push(v);
+            refs.fraud.push(*fraud);
+            assignment.push(g as u32);
+        }
+    }
+    let centroids = vec![[0f32; DIMS]; groups.len()];
+    let params = LayoutParams {
+        codec: CodecKind::I16,
+        block_rows: 8,
+        kmeans_iters: 0,
+        kmeans_seed: 0,
+    };
+    let index = layout::build(&refs, &centroids, &assignment, &params);
+    (refs, format::aligned_copy(&format::to_artifact(&index)))
+}
+
+/// The vote with replay on and off, and the labeller's.
+fn votes(refs: &References, bytes: &AlignedVec<32>) -> (usize, usize, usize) {
+    let idx = format::open(bytes).unwrap();
+    let q = [0i16; DIMS];
+    let want = Oracle::new(refs)
+        .top5(&q)
+        .iter()
+        .filter(|&&i| refs.fraud[i as usize])
+        .count();
+    let off = SearchParams {
+        replay: false,
+        ..SearchParams::default()
+    };
+    let on = Searcher::new(idx, SearchParams::default());
+    assert_eq!(
+        on.frauds(&q),
+        Searcher::scalar(idx, SearchParams::default()).frauds(&q)
+    );
+    (on.frauds(&q), Searcher::new(idx, off).frauds(&q), want)
+}
+
+#[test]
+fn replay_after_a_unanimous_vote_is_broken_late() {
+    // Block A (nearest box): 5 legit at 1000..1500 on the amount lane, so the vote is unanimous
+    // and block B (3 legit at 1110..1130) is parked. Block C's fraud at 1200 then enters the 5:
+    // B must come back, and its 3 legit push the fraud out again.
+    let a: &[(&[(usize, i16)], bool)] = &[
+        (&[(0, 1000)], false),
+        (&[(0, 1100)], false),
+        (&[(0, 1300)], false),
+        (&[(0, 1400)], false),
+        (&[(0, 1500)], false),
+    ];
+    let b: &[(&[(usize, i16)], bool)] = &[
+        (&[(0, 1110)], false),
+        (&[(0, 1120)], false),
+        (&[(0, 1130)], false),
+    ];
+    let c: &[(&[(usize, i16)], bool)] = &[(&[(0, 1200)], true)];
+    let (refs, bytes) = placed(&[a, b, c]);
+    let (on, off, want) = votes(&refs, &bytes);
+    assert_eq!(want, 0);
+    assert_eq!(on, want, "with replay");
+    assert_eq!(off, 1, "without replay the parked block is never seen");
+    let idx = format::open(&bytes).unwrap();
+    let (_, st) = Searcher::new(idx, SearchParams::default()).frauds_with_stats(&[0; DIMS]);
+    assert!(st.parked >= 1 && st.replayed >= 1, "{st:?}");
+}
+
+#[test]
+fn replay_decides_a_tie_of_mixed_labels_across_fifth_place() {
+    // A: 4 legit at 1000..1300 and one at 1450 (unanimous, so B is parked). C: a fraud at
+    // exactly 1400 on another lane enters 5th. B holds a legit at exactly 1400 too (its box
+    // bound is lower, 1390^2, so the walk parks it before C is scanned): equal integer and
+    // equal f64 distances, so the lower file index takes 5th place.
+    let a: &[(&[(usize, i16)], bool)] = &[
+        (&[(0, 1000)], false),
+        (&[(0, 1100)], false),
+        (&[(0, 1200)], false),
+        (&[(0, 1300)], false),
+        (&[(0, 1450)], false),
+    ];
+    let b: &[(&[(usize, i16)], bool)] = &[(&[(2, 1400)], false), (&[(0, 200), (2, 1390)], false)];
+    let c: &[(&[(usize, i16)], bool)] = &[(&[(1, 1400)], true)];
+    // B before C in the file: the legit is 5th.
+    let (refs, bytes) = placed(&[a, b, c]);
+    let (on, off, want) = votes(&refs, &bytes);
+    assert_eq!((on, want), (0, 0));
+    assert_eq!(off, 1, "without replay the tied legit is never seen");
+    // C before B in the file: the fraud is 5th, whatever the walk parked.
+    let (refs, bytes) = placed(&[a, c, b]);
+    let (on, off, want) = votes(&refs, &bytes);
+    assert_eq!((on, off, want), (1, 1, 1));
+}
+
 #[test]
 fn fewer_references_than_k() {
     let refs = random_refs(3, 5, false);
@@ -355,17 +463,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn search_equals_labeller(seed in any::<u64>(), coarse in any::<bool>(), cells in 1usize..40, block in 1u32..5, probe in 0usize..6) {
+    fn search_equals_labeller(seed in any::<u64>(), coarse in any::<bool>(), cells in 1usize..40, block in 1u32..5, park in any::<bool>()) {
         let refs = random_refs(600, seed, coarse);
         let bytes = small_index(&refs, cells, CodecKind::I16, block * 8);
         let idx = format::open(&bytes).unwrap();
-        let s = Searcher::new(idx, SearchParams { probe });
+        let s = Searcher::new(idx, SearchParams { park, ..SearchParams::default() });
         let oracle = Oracle::new(&refs);
         let mut rng = Lcg(seed ^ 0xdead_beef);
         for _ in 0..20 {
             let q = random_vector(&mut rng, coarse);
             let got: Vec<u32> = s.nearest(&q).iter().map(|n| n.index).collect();
-            prop_assert_eq!(got, oracle.top5(&q));
+            let frauds = got.iter().filter(|&&i| refs.fraud[i as usize]).count();
+            prop_assert_eq!(&got, &oracle.top5(&q));
+            prop_assert_eq!(s.frauds(&q), frauds);
         }
     }
 }
