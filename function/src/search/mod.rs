@@ -304,6 +304,8 @@ struct Scratch {
     /// Labels (bit 0 legit, bit 1 fraud) of candidates at exactly the 5th distance that are
     /// not in `best` (ties across 5th place).
     tied: u8,
+    /// Candidates offered so far (a change tells that the vote's bounds may have risen).
+    offered: u32,
     stats: Stats,
 }
 
@@ -318,6 +320,7 @@ impl Scratch {
         self.cands.clear();
         self.best = [(i32::MAX, false); K];
         self.tied = 0;
+        self.offered = 0;
         self.stats = Stats::default();
     }
 
@@ -355,6 +358,7 @@ impl Scratch {
 
     #[inline(never)]
     fn offer(&mut self, dist: i32, slot: u32, fraud: bool) {
+        self.offered += 1;
         let t = self.threshold();
         if dist < t {
             let removed = self.best[K - 1];
@@ -536,42 +540,81 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
             break; // everything left in the heap is at least as far
         }
         let part = &index.partitions[p.partition as usize];
-        let fraud = part.fraud;
-        if p.bound > s.bound(walk, fraud) {
+        if p.bound > s.bound(walk, part.fraud) {
             // Filed before the vote's bound fell below it.
             s.stats.parked += 1;
             s.parked.push(p);
             continue;
         }
         let kc = keyc[part.key.to_native() as usize];
-        if p.child & BLOCK_BIT != 0 {
-            let before = s.cands.len();
-            scan_block(
-                k,
-                index,
-                (p.child & !BLOCK_BIT) as usize,
-                kc,
-                fraud,
-                &prep,
-                s,
-            );
-            if walk.replay && walk.park && s.cands.len() != before && !s.parked.is_empty() {
-                s.replay(index);
-            }
-            continue;
-        }
-        let n = p.child as usize;
+        dive(k, index, walk, p, kc, part.fraud, &prep, s);
+    }
+}
+
+/// Deepest dive kept on the stack; deeper trees file the rest of the way into the heap.
+const MAX_DIVE: usize = 24;
+
+/// From subtree `p`, follows the nearest child down to a block and scans it, then files every
+/// other child met on the way (into the heap, parked, or pruned) under the threshold the scan
+/// left: siblings are filed once the bound is tight, so most are pruned without a heap entry.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dive<S: Kernels>(
+    k: S,
+    index: &ArchivedIndex,
+    walk: Walk,
+    p: Pending,
+    kc: i32,
+    fraud: bool,
+    prep: &Prepared,
+    s: &mut Scratch,
+) {
+    let mut path = [(0u32, [0i32; GROUP_ROWS], 0usize); MAX_DIVE];
+    let mut depth = 0;
+    let mut cur = p.child;
+    while cur & BLOCK_BIT == 0 {
+        let n = cur as usize;
         s.stats.nodes_expanded += 1;
         let children = &index.node_children[n];
-        let lbs = k.boxes_lower_bound(bounds_group(&index.node_bounds[n]), &prep);
-        for (c, &lb) in children.iter().zip(&lbs) {
-            let child = c.to_native();
+        let lbs = k.boxes_lower_bound(bounds_group(&index.node_bounds[n]), prep);
+        let mut best = 0;
+        for c in 1..GROUP_ROWS {
+            if children[c].to_native() == NO_CHILD {
+                break;
+            }
+            if lbs[c] < lbs[best] {
+                best = c;
+            }
+        }
+        path[depth] = (cur, lbs, best);
+        depth += 1;
+        let bound = kc + lbs[best];
+        if bound > s.bound(walk, fraud) || depth == MAX_DIVE {
+            // Too far to open now: it is filed with its siblings below.
+            path[depth - 1].2 = usize::MAX;
+            break;
+        }
+        cur = children[best].to_native();
+    }
+    if cur & BLOCK_BIT != 0 {
+        let offered = s.offered;
+        scan_block(k, index, (cur & !BLOCK_BIT) as usize, kc, fraud, prep, s);
+        if walk.replay && walk.park && s.offered != offered && !s.parked.is_empty() {
+            s.replay(index);
+        }
+    }
+    for &(n, lbs, taken) in path[..depth].iter().rev() {
+        for (c, child) in index.node_children[n as usize].iter().enumerate() {
+            let child = child.to_native();
             if child == NO_CHILD {
                 break;
             }
             s.stats.boxes_tested += 1;
+            if c == taken {
+                continue;
+            }
             let pending = Pending {
-                bound: kc + lb,
+                bound: kc + lbs[c],
                 child,
                 partition: p.partition,
             };

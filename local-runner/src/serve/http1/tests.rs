@@ -171,9 +171,15 @@ fn content_length_is_any_number_of_digits() {
     let (out, next, _) = feed(&[raw.as_bytes()]);
     assert_eq!(out, answer("POST /y [] {}", ""));
     assert_ne!(next, Next::Close);
-    assert_eq!(super::content_length(b"18446744073709551615"), Some(u64::MAX));
+    assert_eq!(
+        super::content_length(b"18446744073709551615"),
+        Some(u64::MAX)
+    );
     assert_eq!(super::content_length(b"18446744073709551616"), None);
-    assert_eq!(super::content_length(b"00018446744073709551615"), Some(u64::MAX));
+    assert_eq!(
+        super::content_length(b"00018446744073709551615"),
+        Some(u64::MAX)
+    );
     assert_eq!(super::content_length(b""), None);
     assert_eq!(super::content_length(b"1 2"), None);
 }
