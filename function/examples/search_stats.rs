@@ -3,7 +3,8 @@
 //! at p50/p90/p99.
 //!
 //! `cargo run --release -p function --features embedded-index --example search_stats [_ [lazy|prefault|hugepages] [hot]]`
-//! (`PARK=0` proves the 5 neighbours instead of the vote; `PREFETCH=0` turns prefetching off.)
+//! (`PARK=0` proves the 5 neighbours instead of the vote; `PREFETCH=0` turns prefetching off;
+//! `MIXED=1` keeps only the payloads whose vote is mixed.)
 //! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
 
 use function::search::{SearchParams, Searcher};
@@ -24,10 +25,16 @@ fn main() {
         .read_to_string(&mut text)
         .unwrap();
     let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // MIXED=1 keeps only the payloads whose vote is mixed (1 to 4 frauds of 5).
+    let mixed_only = std::env::var_os("MIXED").is_some();
     let bodies: Vec<Vec<u8>> = file["entries"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|e| {
+            let score = e["expected_fraud_score"].as_f64().unwrap();
+            !mixed_only || (score > 0.0 && score < 1.0)
+        })
         .map(|e| serde_json::to_vec(&e["request"]).unwrap())
         .collect();
     let mode = std::env::args()
@@ -55,10 +62,12 @@ fn main() {
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut boxes, mut bytes, mut parked, mut replayed) = (vec![], vec![], vec![], vec![]);
     let mut by_vote: [Vec<u64>; 6] = Default::default();
+    let mut work_by_vote: [Vec<function::search::Stats>; 6] = Default::default();
     for _ in 0..2 {
         parse.clear();
         search.clear();
         by_vote.iter_mut().for_each(Vec::clear);
+        work_by_vote.iter_mut().for_each(Vec::clear);
         for b in &bodies {
             for i in (0..evict.len()).step_by(64) {
                 evict[i] = evict[i].wrapping_add(1);
@@ -70,6 +79,7 @@ fn main() {
             let (frauds, st) = searcher.frauds_with_stats(&q);
             let t2 = Instant::now();
             by_vote[frauds].push((t2 - t1).as_nanos() as u64);
+            work_by_vote[frauds].push(st);
             parse.push((t1 - t).as_nanos() as u64);
             search.push((t2 - t1).as_nanos() as u64);
             nodes.push(st.nodes_expanded as u64);
@@ -133,6 +143,19 @@ fn main() {
     for (frauds, v) in by_vote.iter_mut().enumerate() {
         if !v.is_empty() {
             show(&format!("search {frauds}/5 ns"), v);
+            let w = &work_by_vote[frauds];
+            let mean = |f: &dyn Fn(&function::search::Stats) -> u32| {
+                w.iter().map(|s| f(s) as f64).sum::<f64>() / w.len() as f64
+            };
+            println!(
+                "  {} queries, mean nodes {:.0}, blocks {:.0}, rows {:.0}, parked {:.0}, replayed {:.0}",
+                w.len(),
+                mean(&|s| s.nodes_expanded),
+                mean(&|s| s.blocks_scanned),
+                mean(&|s| s.rows_scanned),
+                mean(&|s| s.parked),
+                mean(&|s| s.replayed)
+            );
         }
     }
 }

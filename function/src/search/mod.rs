@@ -289,7 +289,8 @@ struct Cand {
 struct Pending {
     bound: i32,
     child: ChildRef,
-    partition: u32,
+    partition: u16,
+    fraud: bool,
 }
 
 /// Per-thread buffers reused across searches (no allocation per query once warm).
@@ -306,6 +307,13 @@ struct Scratch {
     tied: u8,
     /// Candidates offered so far (a change tells that the vote's bounds may have risen).
     offered: u32,
+    /// Whether this walk parks (the vote) or proves the 5 neighbours.
+    park: bool,
+    /// The bound a subtree is opened under, by label (legit, fraud): [`Scratch::vote_bound`]
+    /// when parking, else the threshold. Kept current by `offer`.
+    open_bound: [i32; 2],
+    /// The smallest box bound among parked subtrees, by label (i32::MAX when none).
+    parked_min: [i32; 2],
     stats: Stats,
 }
 
@@ -314,13 +322,16 @@ fn label_bit(fraud: bool) -> u8 {
 }
 
 impl Scratch {
-    fn reset(&mut self) {
+    fn reset(&mut self, park: bool) {
         self.heap.clear();
         self.parked.clear();
         self.cands.clear();
         self.best = [(i32::MAX, false); K];
         self.tied = 0;
         self.offered = 0;
+        self.park = park;
+        self.open_bound = [i32::MAX; 2];
+        self.parked_min = [i32::MAX; 2];
         self.stats = Stats::default();
     }
 
@@ -348,12 +359,16 @@ impl Scratch {
 
     /// The bound a subtree of this label is opened under.
     #[inline(always)]
-    fn bound(&self, walk: Walk, fraud: bool) -> i32 {
-        if walk.park {
-            self.vote_bound(fraud)
+    fn bound(&self, fraud: bool) -> i32 {
+        self.open_bound[fraud as usize]
+    }
+
+    fn update_bounds(&mut self) {
+        self.open_bound = if self.park {
+            [self.vote_bound(false), self.vote_bound(true)]
         } else {
-            self.threshold()
-        }
+            [self.threshold(); 2]
+        };
     }
 
     #[inline(never)]
@@ -378,6 +393,7 @@ impl Scratch {
         } else {
             self.tied |= label_bit(fraud);
         }
+        self.update_bounds();
         self.cands.push(Cand { dist, slot });
         if self.cands.len() >= 64 {
             let t = self.threshold();
@@ -415,30 +431,41 @@ impl Scratch {
 
     /// Files a subtree: into the heap, parked, or nowhere (too far for anything).
     #[inline(always)]
-    fn file(&mut self, walk: Walk, p: Pending, fraud: bool) -> bool {
+    fn file(&mut self, p: Pending) -> bool {
         if p.bound > self.threshold() {
             return false;
         }
-        if p.bound > self.bound(walk, fraud) {
-            self.stats.parked += 1;
-            self.parked.push(p);
+        if p.bound > self.bound(p.fraud) {
+            self.park_it(p);
             return false;
         }
         self.heap.push(Reverse(p));
         true
     }
 
+    fn park_it(&mut self, p: Pending) {
+        self.stats.parked += 1;
+        let m = &mut self.parked_min[p.fraud as usize];
+        *m = (*m).min(p.bound);
+        self.parked.push(p);
+    }
+
     /// Puts back every parked subtree the vote's bounds now reach.
-    fn replay(&mut self, index: &ArchivedIndex) {
+    fn replay(&mut self) {
+        if self.parked_min[0] > self.open_bound[0] && self.parked_min[1] > self.open_bound[1] {
+            return;
+        }
+        self.parked_min = [i32::MAX; 2];
         let mut i = 0;
         while i < self.parked.len() {
             let p = self.parked[i];
-            let fraud = index.partitions[p.partition as usize].fraud;
-            if p.bound <= self.vote_bound(fraud) {
+            if p.bound <= self.bound(p.fraud) {
                 self.parked.swap_remove(i);
                 self.stats.replayed += 1;
                 self.heap.push(Reverse(p));
             } else {
+                let m = &mut self.parked_min[p.fraud as usize];
+                *m = (*m).min(p.bound);
                 i += 1;
             }
         }
@@ -515,7 +542,7 @@ fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
 
 #[inline(always)]
 fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
-    s.reset();
+    s.reset(walk.park);
     let mut lanes = [0i16; LANES];
     for (l, &d) in ROW_DIMS.iter().enumerate() {
         lanes[l] = q[d];
@@ -529,9 +556,10 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
         let pending = Pending {
             bound,
             child: p.root.to_native(),
-            partition: i as u32,
+            partition: i as u16,
+            fraud: p.fraud,
         };
-        if s.file(walk, pending, p.fraud) && walk.prefetch {
+        if s.file(pending) && walk.prefetch {
             prefetch_child(index, pending.child);
         }
     }
@@ -539,15 +567,13 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
         if p.bound > s.threshold() {
             break; // everything left in the heap is at least as far
         }
-        let part = &index.partitions[p.partition as usize];
-        if p.bound > s.bound(walk, part.fraud) {
+        if p.bound > s.bound(p.fraud) {
             // Filed before the vote's bound fell below it.
-            s.stats.parked += 1;
-            s.parked.push(p);
+            s.park_it(p);
             continue;
         }
-        let kc = keyc[part.key.to_native() as usize];
-        dive(k, index, walk, p, kc, part.fraud, &prep, s);
+        let kc = keyc[index.partitions[p.partition as usize].key.to_native() as usize];
+        dive(k, index, walk, p, kc, &prep, s);
     }
 }
 
@@ -565,7 +591,6 @@ fn dive<S: Kernels>(
     walk: Walk,
     p: Pending,
     kc: i32,
-    fraud: bool,
     prep: &Prepared,
     s: &mut Scratch,
 ) {
@@ -589,7 +614,7 @@ fn dive<S: Kernels>(
         path[depth] = (cur, lbs, best);
         depth += 1;
         let bound = kc + lbs[best];
-        if bound > s.bound(walk, fraud) || depth == MAX_DIVE {
+        if bound > s.bound(p.fraud) || depth == MAX_DIVE {
             // Too far to open now: it is filed with its siblings below.
             path[depth - 1].2 = usize::MAX;
             break;
@@ -598,9 +623,9 @@ fn dive<S: Kernels>(
     }
     if cur & BLOCK_BIT != 0 {
         let offered = s.offered;
-        scan_block(k, index, (cur & !BLOCK_BIT) as usize, kc, fraud, prep, s);
-        if walk.replay && walk.park && s.offered != offered && !s.parked.is_empty() {
-            s.replay(index);
+        scan_block(k, index, (cur & !BLOCK_BIT) as usize, kc, p.fraud, prep, s);
+        if walk.replay && s.offered != offered && !s.parked.is_empty() {
+            s.replay();
         }
     }
     for &(n, lbs, taken) in path[..depth].iter().rev() {
@@ -616,9 +641,9 @@ fn dive<S: Kernels>(
             let pending = Pending {
                 bound: kc + lbs[c],
                 child,
-                partition: p.partition,
+                ..p
             };
-            if s.file(walk, pending, fraud) && walk.prefetch {
+            if s.file(pending) && walk.prefetch {
                 prefetch_child(index, child);
             }
         }
