@@ -73,6 +73,7 @@ fn scoring_a_typical_request_allocates_nothing() {
         block_rows: 32,
         kmeans_iters: 0,
         kmeans_seed: 0,
+        split_weights: index_pack::layout::DEFAULT_SPLIT_WEIGHTS,
     };
     let bytes = format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         &references(),

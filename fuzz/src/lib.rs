@@ -101,6 +101,7 @@ fn small_index(
         block_rows,
         kmeans_iters: 0,
         kmeans_seed: 0,
+        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
     };
     format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         refs, cells, &params,

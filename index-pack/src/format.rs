@@ -132,6 +132,8 @@ pub struct Header {
     pub kmeans_seed: u32,
     /// Maximum rows per block.
     pub block_rows: u32,
+    /// How much each dimension's spread counted when the k-d splits chose their lanes.
+    pub split_weights: [u32; DIMS],
     /// Name and version of the packer, for humans.
     pub packer: String,
 }

@@ -97,7 +97,20 @@ pub struct LayoutParams {
     pub block_rows: u32,
     pub kmeans_iters: u32,
     pub kmeans_seed: u32,
+    /// By dimension: how much a row lane's spread counts when a k-d split picks its lane (and
+    /// when lists are grouped by their means). See [`DEFAULT_SPLIT_WEIGHTS`].
+    pub split_weights: [u32; DIMS],
 }
+
+/// The split weights the packer uses: 1 for every dimension but minutes_since_last_tx
+/// (dimension 5), 16. In the contest's data a last transaction is 1 minute to 10 years old
+/// (its generator's `--randomize-payload-dates`), so queries sit at 1.0 in that dimension (or at
+/// the -1 sentinel), while every reference lies in [0, 0.4993] or at -1: each query's distance
+/// to a reference grows steeply with 0.5 - that value, so boxes that are narrow in it prune
+/// most. Measured on the public set (docs/results/2026-12-01-search.md): weight 16 cuts the
+/// blocks a mixed vote must open by a third; 2 and 4 change nothing, 64 and more lose. The
+/// weights only change the layout, never an answer.
+pub const DEFAULT_SPLIT_WEIGHTS: [u32; DIMS] = [1, 1, 1, 1, 1, 16, 1, 1, 1, 1, 1, 1, 1, 1];
 
 /// An index without k-means, for tests and fuzzing (no faiss): about `cells` centroids taken
 /// as every n-th reference, each reference assigned to its exact nearest centroid. Lists come
@@ -150,6 +163,7 @@ pub fn build(
     let mut b = Builder {
         refs,
         block_rows: params.block_rows as usize,
+        split_weights: params.split_weights,
         node_children: Vec::new(),
         node_bounds: Vec::new(),
         blocks: Vec::new(),
@@ -200,6 +214,7 @@ pub fn build(
             kmeans_iters: params.kmeans_iters,
             kmeans_seed: params.kmeans_seed,
             block_rows: params.block_rows,
+            split_weights: params.split_weights,
             packer: concat!("index-pack ", env!("CARGO_PKG_VERSION")).to_string(),
         },
         centroids: centroids.to_vec(),
@@ -225,6 +240,7 @@ struct ListItem {
 struct Builder<'a> {
     refs: &'a References,
     block_rows: usize,
+    split_weights: [u32; DIMS],
     node_children: Vec<[ChildRef; FANOUT]>,
     node_bounds: Vec<BoundsGroup>,
     blocks: Vec<Block>,
@@ -272,9 +288,10 @@ impl Builder<'_> {
         partition: u32,
     ) -> Bounds {
         let parts = FANOUT.min(lists.len());
+        let weights = self.split_weights;
         let groups = split_into(lists.len(), parts, &mut |r, left, parts| {
             let part = &mut lists[r];
-            let lane = widest(part.iter().map(|l| l.center));
+            let lane = widest(part.iter().map(|l| l.center), &weights);
             part.sort_by_key(|l| (l.center[lane], l.cell));
             // The first `left` of `parts` shares of the rows, at least one list each side.
             let total: usize = part.iter().map(|l| l.rows.len()).sum();
@@ -343,6 +360,7 @@ impl Builder<'_> {
     /// pieces of even block counts, each piece a whole number of groups but the last.
     fn fill_rows_node(&mut self, node: u32, members: &mut [u32]) -> Bounds {
         let vectors = &self.refs.vectors;
+        let weights = self.split_weights;
         let br = self.block_rows;
         let blocks = members.len().div_ceil(br);
         let mut per_child = 1;
@@ -353,7 +371,10 @@ impl Builder<'_> {
         let cap = per_child * br;
         let pieces = split_into(members.len(), parts, &mut |r, left, parts| {
             let part = &mut members[r];
-            let lane = widest(part.iter().map(|&i| lanes32(&vectors[i as usize])));
+            let lane = widest(
+                part.iter().map(|&i| lanes32(&vectors[i as usize])),
+                &weights,
+            );
             part.sort_unstable_by_key(|&i| (vectors[i as usize][ROW_DIMS[lane]], i));
             // Near the proportional cut, a whole number of groups, each side within capacity.
             let n = part.len();
@@ -434,7 +455,7 @@ fn split_into(
 }
 
 /// The lane (index into the row lanes) with the largest spread over `points`.
-fn widest(points: impl Iterator<Item = [i32; LANES]>) -> usize {
+fn widest(points: impl Iterator<Item = [i32; LANES]>, weights: &[u32; DIMS]) -> usize {
     let (mut lo, mut hi) = ([i32::MAX; LANES], [i32::MIN; LANES]);
     for p in points {
         for l in 0..LANES {
@@ -443,7 +464,10 @@ fn widest(points: impl Iterator<Item = [i32; LANES]>) -> usize {
         }
     }
     (0..ROW_DIMS.len())
-        .max_by_key(|&l| (hi[l] - lo[l], std::cmp::Reverse(l)))
+        .max_by_key(|&l| {
+            let spread = (hi[l] - lo[l]).max(0) as u64 * weights[ROW_DIMS[l]] as u64;
+            (spread, std::cmp::Reverse(l))
+        })
         .unwrap()
 }
 

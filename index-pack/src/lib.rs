@@ -42,6 +42,8 @@ pub struct PackOptions {
     pub max_points_per_centroid: u32,
     /// Maximum rows per block (a multiple of 8).
     pub block_rows: u32,
+    /// See [`layout::DEFAULT_SPLIT_WEIGHTS`].
+    pub split_weights: [u32; format::DIMS],
 }
 
 impl Default for PackOptions {
@@ -58,6 +60,7 @@ impl Default for PackOptions {
             kmeans_seed: 1234,
             max_points_per_centroid: 256,
             block_rows: 32,
+            split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
         }
     }
 }
@@ -82,6 +85,7 @@ pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec
         block_rows: opts.block_rows,
         kmeans_iters: opts.kmeans_iters,
         kmeans_seed: opts.kmeans_seed,
+        split_weights: opts.split_weights,
     };
     let index = layout::build(refs, &centroids, &assignment, &params);
     Ok(format::to_artifact(&index))

@@ -40,6 +40,10 @@ enum Command {
         /// Maximum rows per block (a multiple of 8).
         #[arg(long, default_value_t = PackOptions::default().block_rows)]
         block_rows: u32,
+        /// How much dimension DIM's spread counts when a k-d split picks its lane, as DIM=WEIGHT
+        /// (repeatable; dimensions not named keep the default, 16 for dimension 5 and 1 else).
+        #[arg(long = "split-weight", value_parser = parse_weight)]
+        split_weights: Vec<(usize, u32)>,
         /// Require this SHA-256 of the decompressed JSON instead of the contest's.
         #[arg(long, conflicts_with = "accept_any_references")]
         references_sha256: Option<String>,
@@ -67,6 +71,7 @@ fn main() -> Result<()> {
             kmeans_iters,
             seed,
             block_rows,
+            split_weights,
             references_sha256,
             accept_any_references,
         } => {
@@ -86,10 +91,32 @@ fn main() -> Result<()> {
                 block_rows,
                 ..PackOptions::default()
             };
+            let mut opts = opts;
+            for (dim, w) in split_weights {
+                opts.split_weights[dim] = w;
+            }
             build(&references, &output, &expect, &opts)
         }
         Command::Inspect { artifact } => inspect(&artifact),
     }
+}
+
+/// `DIM=WEIGHT` of `--split-weight`.
+fn parse_weight(s: &str) -> Result<(usize, u32), String> {
+    let (d, w) = s.split_once('=').ok_or("expected DIM=WEIGHT, e.g. 5=16")?;
+    let d: usize = d
+        .parse()
+        .map_err(|_| format!("{d:?} is not a dimension number"))?;
+    let w: u32 = w
+        .parse()
+        .map_err(|_| format!("{w:?} is not a whole weight"))?;
+    if d >= format::DIMS || w == 0 {
+        return Err(format!(
+            "dimension must be below {} and weight at least 1",
+            format::DIMS
+        ));
+    }
+    Ok((d, w))
 }
 
 fn build(
@@ -166,6 +193,10 @@ fn inspect(path: &std::path::Path) -> Result<()> {
         (index.node_bounds.len() * std::mem::size_of::<format::BoundsGroup>()) as f64 / 1e6,
         depths(index).0,
         depths(index).1
+    );
+    println!(
+        "split weights   {:?} (by dimension)",
+        h.split_weights.map(|w| w.to_native())
     );
     println!(
         "blocks          {} (at most {} rows)",

@@ -44,6 +44,7 @@ fn index(codec: CodecKind) -> format::Index {
         block_rows: 16,
         kmeans_iters: 0,
         kmeans_seed: 0,
+        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
     };
     layout::build(&r, &centroids, &assignment, &params)
 }

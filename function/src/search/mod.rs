@@ -611,6 +611,20 @@ fn dive<S: Kernels>(
                 best = c;
             }
         }
+        // Once the threshold is finite, the siblings that may be opened after this dive start
+        // loading now, while the dive goes on.
+        if walk.prefetch && s.threshold() != i32::MAX {
+            let open = s.bound(p.fraud) - kc;
+            for c in 0..GROUP_ROWS {
+                let child = children[c].to_native();
+                if child == NO_CHILD {
+                    break;
+                }
+                if c != best && lbs[c] <= open {
+                    prefetch_child(index, child);
+                }
+            }
+        }
         path[depth] = (cur, lbs, best);
         depth += 1;
         let bound = kc + lbs[best];
@@ -643,9 +657,7 @@ fn dive<S: Kernels>(
                 child,
                 ..p
             };
-            if s.file(pending) && walk.prefetch {
-                prefetch_child(index, child);
-            }
+            s.file(pending);
         }
     }
 }

@@ -51,6 +51,7 @@ pub(crate) fn small_index(
         block_rows,
         kmeans_iters: 0,
         kmeans_seed: 0,
+        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
     };
     format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         refs, cells, &params,
@@ -328,6 +329,7 @@ fn placed(groups: &[&[(&[(usize, i16)], bool)]]) -> (References, AlignedVec<32>)
         block_rows: 8,
         kmeans_iters: 0,
         kmeans_seed: 0,
+        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
     };
     let index = layout::build(&refs, &centroids, &assignment, &params);
     (refs, format::aligned_copy(&format::to_artifact(&index)))
