@@ -309,7 +309,10 @@ fn f64_order_decides_equal_integer_distances_across_fifth_place() {
 /// An index over `points` (lane values, label) with one k-means cell per point group: group g
 /// of `groups` is cell g, so each group is its own list and block and the walk meets them in
 /// the order of their boxes' bounds. Every other lane is 0, like the query's.
-fn placed(groups: &[&[(&[(usize, i16)], bool)]]) -> (References, AlignedVec<32>) {
+/// A reference placed by hand: (dimension, value) pairs (every other dimension 0) and its label.
+type Placed<'a> = (&'a [(usize, i16)], bool);
+
+fn placed(groups: &[&[Placed]]) -> (References, AlignedVec<32>) {
     let mut refs = References::default();
     let mut assignment = Vec::new();
     for (g, points) in groups.iter().enumerate() {
@@ -361,19 +364,19 @@ fn replay_after_a_unanimous_vote_is_broken_late() {
     // Block A (nearest box): 5 legit at 1000..1500 on the amount lane, so the vote is unanimous
     // and block B (3 legit at 1110..1130) is parked. Block C's fraud at 1200 then enters the 5:
     // B must come back, and its 3 legit push the fraud out again.
-    let a: &[(&[(usize, i16)], bool)] = &[
+    let a: &[Placed] = &[
         (&[(0, 1000)], false),
         (&[(0, 1100)], false),
         (&[(0, 1300)], false),
         (&[(0, 1400)], false),
         (&[(0, 1500)], false),
     ];
-    let b: &[(&[(usize, i16)], bool)] = &[
+    let b: &[Placed] = &[
         (&[(0, 1110)], false),
         (&[(0, 1120)], false),
         (&[(0, 1130)], false),
     ];
-    let c: &[(&[(usize, i16)], bool)] = &[(&[(0, 1200)], true)];
+    let c: &[Placed] = &[(&[(0, 1200)], true)];
     let (refs, bytes) = placed(&[a, b, c]);
     let (on, off, want) = votes(&refs, &bytes);
     assert_eq!(want, 0);
@@ -390,15 +393,15 @@ fn replay_decides_a_tie_of_mixed_labels_across_fifth_place() {
     // exactly 1400 on another lane enters 5th. B holds a legit at exactly 1400 too (its box
     // bound is lower, 1390^2, so the walk parks it before C is scanned): equal integer and
     // equal f64 distances, so the lower file index takes 5th place.
-    let a: &[(&[(usize, i16)], bool)] = &[
+    let a: &[Placed] = &[
         (&[(0, 1000)], false),
         (&[(0, 1100)], false),
         (&[(0, 1200)], false),
         (&[(0, 1300)], false),
         (&[(0, 1450)], false),
     ];
-    let b: &[(&[(usize, i16)], bool)] = &[(&[(2, 1400)], false), (&[(0, 200), (2, 1390)], false)];
-    let c: &[(&[(usize, i16)], bool)] = &[(&[(1, 1400)], true)];
+    let b: &[Placed] = &[(&[(2, 1400)], false), (&[(0, 200), (2, 1390)], false)];
+    let c: &[Placed] = &[(&[(1, 1400)], true)];
     // B before C in the file: the legit is 5th.
     let (refs, bytes) = placed(&[a, b, c]);
     let (on, off, want) = votes(&refs, &bytes);
