@@ -15,13 +15,45 @@ if (!/^http:\/\/(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$/.test(BASE_URL)) 
   throw new Error(`BASE_URL must be a loopback http://host:port, got ${BASE_URL}`);
 }
 if (!__ENV.TEST_DATA) {
-  throw new Error('TEST_DATA must name the decompressed test-data.json');
+  throw new Error('TEST_DATA must name a decompressed test set: test-data.json or a .csv of the final');
+}
+
+// The final's CSV layout (`# total=...`, a header, then one payload per line) as the body its
+// load test sends: the object it builds from the columns, serialised by JSON.stringify. The id
+// is left empty here: the final replaced it per request (see withId).
+function csvEntries(text) {
+  const lines = text.split('\n').filter((l) => l.length > 0);
+  const header = lines[1].split(',');
+  return lines.slice(2).map((line) => {
+    const f = line.split(',');
+    const c = Object.fromEntries(header.map((h, i) => [h, f[i]]));
+    const body = {
+      id: '',
+      transaction: { amount: parseFloat(c.amount), installments: parseInt(c.installments, 10), requested_at: c.requested_at },
+      customer: {
+        avg_amount: parseFloat(c.cust_avg),
+        tx_count_24h: parseInt(c.tx_count_24h, 10),
+        known_merchants: c.known_merchants === '' ? [] : c.known_merchants.split('|'),
+      },
+      merchant: { id: c.merch_id, mcc: c.mcc, avg_amount: parseFloat(c.merch_avg) },
+      terminal: { is_online: c.is_online === 'true', card_present: c.card_present === 'true', km_from_home: parseFloat(c.km_from_home) },
+      last_transaction: c.last_ts === '' ? null : { timestamp: c.last_ts, km_from_current: parseFloat(c.last_km) },
+    };
+    return [JSON.stringify(body), c.expected_approved === 'true'];
+  });
 }
 
 // [body text, expected_approved] per entry, serialised once here rather than per request.
-export const entries = new SharedArray('entries', () =>
-  JSON.parse(open(__ENV.TEST_DATA)).entries.map((e) => [JSON.stringify(e.request), e.expected_approved]),
-);
+export const entries = new SharedArray('entries', () => {
+  const text = open(__ENV.TEST_DATA);
+  if (__ENV.TEST_DATA.endsWith('.csv')) return csvEntries(text);
+  return JSON.parse(text).entries.map((e) => [JSON.stringify(e.request), e.expected_approved]);
+});
+
+// A body whose id is replaced by a fresh UUID, as the final did (`crypto.randomUUID()`).
+export function withId(body) {
+  return `{"id":"${crypto.randomUUID()}"${body.slice(body.indexOf(','))}`;
+}
 
 export const tp = new Counter('tp');
 export const tn = new Counter('tn');

@@ -1,8 +1,14 @@
 // k6 replica of the official Rinha de Backend 2026 load test (the contest's rules: shared/SPEC.md).
 // Run by `cargo xtask stack run|floor|smoke|batch`.
 //
-//   MODE=full  (default) ramping-arrival-rate, startRate 1/s, one stage of 120 s up to 900/s,
-//              preAllocatedVUs 100, maxVUs 250: about 54,060 requests.
+//   MODE=full  (default) the preview: ramping-arrival-rate, startRate 1/s, one stage of 120 s up
+//              to 900/s, preAllocatedVUs 100, maxVUs 250: about 54,060 requests.
+//   MODE=final the final (2026-06-21/22): the same executor and VUs, gracefulStop 10 s, stages
+//              60 s -> 1000/s, 300 s -> 2000/s, 60 s -> 5000/s; each payload once in file order,
+//              its id replaced by crypto.randomUUID(). The official run went on for minutes
+//              after its data ran out, sending nothing; this replica stops the ramp when the
+//              data runs out (72,100 payloads: after ~100 s, near 1,130/s), which leaves every
+//              measured request as it was.
 //   MODE=smoke constant-arrival-rate, RATE/s (default 200) for DURATION (default 15s); the run
 //              fails (k6 exit 99) on any HTTP error, FP or FN.
 //
@@ -18,13 +24,36 @@
 import http from 'k6/http';
 import exec from 'k6/execution';
 import {
-  BASE_URL, entries, tp, tn, fp, fn, errors, windowThresholds, windowTags, metricCount, windowSeries,
+  BASE_URL, entries, tp, tn, fp, fn, errors, windowThresholds, windowTags, metricCount, windowSeries, withId,
 } from './common.js';
 
 const MODE = __ENV.MODE || 'full';
 const SUMMARY = __ENV.SUMMARY || 'k6-summary.json';
 
+// Seconds into the final's ramp when `n` requests have been started: 60 s up to 1000/s, then
+// +1000/s per 300 s (the data runs out in the second stage for any n up to ~480,000).
+function finalSeconds(n) {
+  const first = 60 * (1 + 1000) / 2;
+  if (n <= first) return Math.sqrt((2 * n * 60) / 999);
+  const rest = n - first;
+  const slope = 1000 / 300;
+  return 60 + (-1000 + Math.sqrt(1000 * 1000 + 2 * slope * rest)) / slope;
+}
+const FINAL_END = Math.ceil(finalSeconds(entries.length)) + 1;
+
 const scenarios = {
+  final: {
+    executor: 'ramping-arrival-rate',
+    startRate: 1,
+    timeUnit: '1s',
+    preAllocatedVUs: 100,
+    maxVUs: 250,
+    gracefulStop: '10s',
+    stages: [
+      { duration: '60s', target: 1000 },
+      { duration: `${FINAL_END - 60}s`, target: Math.round(1000 + ((FINAL_END - 60) * 1000) / 300) },
+    ],
+  },
   full: {
     executor: 'ramping-arrival-rate',
     startRate: 1,
@@ -43,9 +72,9 @@ const scenarios = {
   },
 };
 if (!scenarios[MODE]) {
-  throw new Error(`MODE must be full or smoke, got ${MODE}`);
+  throw new Error(`MODE must be final, full or smoke, got ${MODE}`);
 }
-const SECONDS = MODE === 'full' ? 120 : parseInt(scenarios.smoke.duration, 10);
+const SECONDS = { final: FINAL_END, full: 120 }[MODE] || parseInt(scenarios.smoke.duration, 10);
 
 export const options = {
   scenarios: { fraud: scenarios[MODE] },
@@ -68,7 +97,8 @@ const headers = { 'Content-Type': 'application/json' };
 export default function (data) {
   const i = exec.scenario.iterationInTest;
   if (i >= entries.length) return;
-  const [body, expectedApproved] = entries[i];
+  const [stored, expectedApproved] = entries[i];
+  const body = MODE === 'final' ? withId(stored) : stored;
   const tags = windowTags(data.t0);
   const res = http.post(`${BASE_URL}/fraud-score`, body, { headers, timeout: '2001ms', tags });
   let approved;

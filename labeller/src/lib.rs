@@ -16,10 +16,12 @@
 //!   cannot enter; tested equal to the literal one).
 //! - [`generate`]: request bodies drawn from the contest data generator's distributions.
 //! - [`adversarial`]: queries built from the references to hit the tie rules.
+//! - [`csv`]: the contest's CSV test-set layout, written from bodies and answers.
 //!
 //! The `labeller` binary relabels a file of cases (see `src/main.rs`).
 
 pub mod adversarial;
+pub mod csv;
 pub mod generate;
 pub mod payload;
 pub mod references;

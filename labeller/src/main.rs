@@ -12,6 +12,10 @@
 //!
 //! With `--check` nothing is printed; the command fails if the file differs from what it would
 //! print (so recorded answers cannot drift from the labeller).
+//!
+//! `labeller generate-csv --count N --seed S --out FILE.csv.gz` draws N requests from the contest
+//! generator's distributions and writes them, labelled, in the contest's CSV layout
+//! (`tests/data/final-test-data.csv.gz` is made this way; its README has the command).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -37,6 +41,19 @@ enum Command {
         /// Print nothing; fail if FILE differs from what would be printed.
         #[arg(long)]
         check: bool,
+    },
+    /// Draw COUNT requests from the contest generator's distributions (seeded), label each by
+    /// brute force and write them in the contest's CSV layout (gzip when OUT ends in .gz).
+    GenerateCsv {
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+        /// The contest's references (their SHA-256 is checked).
+        #[arg(long, default_value = "resources/references.json.gz")]
+        references: PathBuf,
     },
 }
 
@@ -72,7 +89,67 @@ fn main() -> Result<()> {
             references,
             check,
         } => relabel(&file, &references, check),
+        Command::GenerateCsv {
+            count,
+            seed,
+            out,
+            references,
+        } => generate_csv(count, seed, &out, &references),
     }
+}
+
+fn generate_csv(count: usize, seed: u64, out: &Path, refs_path: &Path) -> Result<()> {
+    let bodies = labeller::generate::payloads(count, seed);
+    let queries = bodies
+        .iter()
+        .map(|b| payload::query(b.as_bytes()).map_err(|e| anyhow::anyhow!("{e}: {b}")))
+        .collect::<Result<Vec<_>>>()?;
+    eprintln!(
+        "{count} requests (seed {seed}); reading {}",
+        refs_path.display()
+    );
+    let refs = references::read(refs_path, true)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = std::time::Instant::now();
+    // Progress every 5 %: `nearest_many` reports the queries finished so far.
+    let shown = std::sync::atomic::AtomicUsize::new(0);
+    let hits = scan::nearest_many(&refs, &queries, scan::K, threads, &|done| {
+        let step = done * 20 / count.max(1);
+        if shown.fetch_max(step, std::sync::atomic::Ordering::Relaxed) < step {
+            eprintln!(
+                "labelled {done}/{count} in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    });
+    let frauds: Vec<usize> = hits
+        .iter()
+        .map(|h| h.iter().filter(|h| h.fraud).count())
+        .collect();
+    let mut text = format!(
+        "{}\n{}\n",
+        labeller::csv::stats_line(&frauds),
+        labeller::csv::HEADER
+    );
+    for (b, &f) in bodies.iter().zip(&frauds) {
+        text.push_str(&labeller::csv::row(b, f).map_err(anyhow::Error::msg)?);
+        text.push('\n');
+    }
+    let bytes = if out.extension().is_some_and(|e| e == "gz") {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(text.as_bytes())?;
+        gz.finish()?
+    } else {
+        text.into_bytes()
+    };
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!(
+        "wrote {} ({})",
+        out.display(),
+        labeller::csv::stats_line(&frauds)
+    );
+    Ok(())
 }
 
 fn relabel(file: &Path, refs_path: &Path, check: bool) -> Result<()> {
