@@ -27,6 +27,7 @@ use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
 use lambda_http::{service_fn, tracing, Body, Error, Request, RequestExt, Response};
 use std::convert::Infallible;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Longest path or field name written to a log line, in characters (both come from the client).
@@ -107,8 +108,20 @@ fn main() -> ExitCode {
     tracing::init_default_subscriber();
     install_abort_on_panic();
     // A failed start or a failed runtime loop is logged like everything else (JSON on Lambda).
-    match serve(started) {
+    let invocations = AtomicU64::new(0);
+    match serve(started, &invocations) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if invocations.load(Ordering::Relaxed) > 0 && runtime_api_gone(&*e) => {
+            // Lambda never closes its runtime API under a live function; an emulator that ran
+            // its events does (`sam local invoke` after one event). That is the end of the run,
+            // not a failure.
+            tracing::info!(
+                invocations = invocations.load(Ordering::Relaxed),
+                error = %e,
+                "the runtime API went away, exiting"
+            );
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             tracing::error!(error = %e, "bootstrap failed");
             ExitCode::FAILURE
@@ -116,8 +129,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether `e` says the runtime API's connection is gone (refused, reset, closed mid-request),
+/// as opposed to any other failure of the runtime loop.
+fn runtime_api_gone(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::*;
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Opens the index, logs the init line, then answers invocations until the runtime stops.
-fn serve(started: Instant) -> Result<(), Error> {
+fn serve(started: Instant, invocations: &AtomicU64) -> Result<(), Error> {
     let scorer = function::embedded_scorer()?;
     let prefault = std::env::var_os("FRAUD_PREFAULT").is_some_and(|v| v == "1");
     if prefault {
@@ -142,7 +183,10 @@ fn serve(started: Instant) -> Result<(), Error> {
         .enable_all()
         .build()?;
     runtime.block_on(lambda_http::run(service_fn(
-        move |req: Request| async move { Ok::<_, Infallible>(respond(&scorer, &req)) },
+        move |req: Request| async move {
+            invocations.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, Infallible>(respond(&scorer, &req))
+        },
     )))
 }
 
