@@ -70,3 +70,20 @@ fn tcp_listener_answers() {
     assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
     assert!(sigterm_and_wait(&mut server).success());
 }
+
+#[test]
+fn spinning_loop_answers_and_stops() {
+    // The busy-poll window after each event changes when the loop sleeps, never what it does.
+    let mut server = start_ready("spin", &["--spin-us", "500"]);
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..20 {
+        s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+            .unwrap();
+        assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+    drop(r);
+    drop(s);
+    assert!(sigterm_and_wait(&mut server).success());
+}

@@ -20,6 +20,11 @@ pub struct Limits {
     pub max_connections: usize,
     /// How long in-flight requests may take after SIGTERM.
     pub drain: Duration,
+    /// After each event, how long the loop keeps polling without sleeping before it blocks in
+    /// `epoll_wait` again (zero: it blocks at once). A request that arrives inside the window
+    /// is read without a wake-up from sleep; the window's CPU counts against the container's
+    /// quota, so it must stay short of it.
+    pub spin: Duration,
 }
 
 impl Default for Limits {
@@ -31,6 +36,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(10),
             max_connections: 1024,
             drain: Duration::from_secs(5),
+            spin: Duration::ZERO,
         }
     }
 }

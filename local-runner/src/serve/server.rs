@@ -170,6 +170,8 @@ impl<A: App> Server<A> {
     pub fn run(&mut self, background: &mut impl Background) -> Result<()> {
         let mut events = Events::with_capacity(256);
         let mut next_tick = Instant::now() + self.tick;
+        // Polls without waiting until this instant (the spin window after the last event).
+        let mut spin_until = Instant::now();
         loop {
             let now = Instant::now();
             if let Some(until) = self.drain_until {
@@ -184,7 +186,7 @@ impl<A: App> Server<A> {
                     return Ok(());
                 }
             }
-            let timeout = if background.wants_cpu() {
+            let timeout = if background.wants_cpu() || now < spin_until {
                 Duration::ZERO
             } else {
                 next_tick.saturating_duration_since(now)
@@ -196,6 +198,9 @@ impl<A: App> Server<A> {
                 return Err(e).context("poll failed");
             }
             let now = Instant::now();
+            if !events.is_empty() && !self.limits.spin.is_zero() {
+                spin_until = now + self.limits.spin;
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(now),

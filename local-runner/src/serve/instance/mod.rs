@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
     #[arg(long, env = "FRAUD_DRAIN_MS", default_value_t = 5_000)]
     pub drain_ms: u64,
+    /// Microseconds the event loop keeps polling without sleeping after each event (0: it
+    /// sleeps at once). Costs CPU in proportion; see `Limits::spin`.
+    #[arg(long, env = "FRAUD_SPIN_US", default_value_t = 0)]
+    pub spin_us: u64,
     /// Queries run on the loop thread during warm-up, after the index pages are read.
     #[arg(long, env = "FRAUD_WARMUP_QUERIES", default_value_t = 512)]
     pub warmup_queries: usize,
@@ -59,6 +63,7 @@ impl From<&ServeArgs> for Limits {
             body_timeout: Duration::from_millis(a.body_timeout_ms),
             max_connections: a.max_connections.max(1),
             drain: Duration::from_millis(a.drain_ms),
+            spin: Duration::from_micros(a.spin_us),
         }
     }
 }
