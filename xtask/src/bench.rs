@@ -1,8 +1,6 @@
-//! `cargo xtask bench`, an instrument (CI does not run it): the criterion benchmark of the search
-//! (`function/benches/search.rs`): our exact IVF (i16, fp16) against faiss `IVF4096,SQfp16` at
-//! nprobe 8 and the labeller's brute-force scan, per query over the public set, in one run (~6
-//! minutes). The verdict line gives each median and its ratio to ours; criterion's estimates are
-//! read from `<target>/criterion/per_query/<name>/new/estimates.json`.
+//! `cargo xtask bench`, an instrument: the criterion benchmark of the search
+//! (`function/benches/search.rs`) against faiss and the labeller's brute force, per query; the
+//! verdict gives each median and its ratio to ours.
 
 use crate::util::{self, cmd};
 use anyhow::{Context, Result};
@@ -44,7 +42,7 @@ pub fn run(args: Args) -> Result<()> {
     if !args.no_run {
         util::run(&cmd!("cargo", "bench", "-p", "function", "--bench", "search"))?;
     }
-    let medians = NAMES.map(|name| {
+    let median_us = |name| -> Result<f64> {
         let path =
             util::target_dir().join(format!("criterion/per_query/{name}/new/estimates.json"));
         let text = std::fs::read_to_string(&path)
@@ -52,11 +50,12 @@ pub fn run(args: Args) -> Result<()> {
         let e: Estimates = serde_json::from_str(&text)
             .with_context(|| format!("{} is not criterion's estimates", path.display()))?;
         Ok(e.median.point_estimate / 1000.0)
+    };
+    let rows = rows(&NAMES.into_iter().map(median_us).collect::<Result<Vec<_>>>()?);
+    let figures = util::list(&rows, |r| {
+        format!("{} {:.2} us ({:.1}x)", r.name, r.median_us, r.ratio_to_ours)
     });
-    let rows = rows(&medians.into_iter().collect::<Result<Vec<_>>>()?);
-    let figures =
-        rows.iter().map(|r| format!("{} {:.2} us ({:.1}x)", r.name, r.median_us, r.ratio_to_ours));
-    util::verdict("bench", true, &figures.collect::<Vec<_>>().join(", "), &rows)
+    util::verdict("bench", true, &figures, &rows)
 }
 
 /// Each median (microseconds, in the order of [`NAMES`]) with its ratio to ours (the first).

@@ -1,9 +1,6 @@
-//! `cargo xtask ci`: everything CI checks, in order, after `scripts/setup.sh` installed the tools
-//! (`.ci/run` and the README's `scripts/test.sh` run exactly this).
-//!
-//! Each step is a command of its own (cargo, or this binary again), so each prints its own
-//! verdict line with its figures; a failed step does not stop the later ones, so one CI log shows
-//! every failure. The last line is the summary: every step with its wall time.
+//! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`. Each step is a command of its
+//! own that prints its own verdict line; a failed step does not stop the later ones. The last
+//! line sums every step up with its time.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -33,19 +30,21 @@ struct Step {
     args: Vec<String>,
     /// The step builds `function` with other features or for another target: it embeds the
     /// index the workspace build packed (build.rs checks it) instead of packing 3M references
-    /// again (about a minute). The workspace's own steps leave the variable alone: setting it
-    /// would rerun the build script and rebuild every crate above it.
+    /// again. The workspace's own steps leave the variable alone: setting it would rerun the
+    /// build script and rebuild every crate above it.
     reuse_index: bool,
-}
-
-fn step(name: &'static str, program: Program, args: &[&str], reuse_index: bool) -> Step {
-    Step { name, program, args: args.iter().map(|a| a.to_string()).collect(), reuse_index }
 }
 
 /// The steps, in order: cheap checks first, then the gates that need the release build. Clippy
 /// builds in release, so it shares the faiss build with `cargo test --release`.
 fn steps(target_dir: &Path) -> Vec<Step> {
     use Program::{Cargo, Xtask};
+    let step = |name, program, args: &[&str], reuse_index| Step {
+        name,
+        program,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        reuse_index,
+    };
     fn clippy<'a>(what: &[&'a str]) -> Vec<&'a str> {
         [&["clippy", "--release"], what, &["--all-targets", "--", "-D", "warnings"]].concat()
     }
@@ -79,28 +78,33 @@ struct Outcome {
 
 pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
-    let started = Instant::now();
-    let mut done = Vec::new();
-    let all = steps(util::target_dir());
-    for step in all.iter().filter(|s| args.only.as_deref().is_none_or(|o| s.name.contains(o))) {
+    let (started, mut done) = (Instant::now(), Vec::new());
+    for step in steps(util::target_dir())
+        .iter()
+        .filter(|s| args.only.as_deref().is_none_or(|o| s.name.contains(o)))
+    {
         log!("== ci: {} ==", step.name);
         let e = match step.program {
             Program::Cargo => duct::cmd("cargo", &step.args),
             Program::Xtask => duct::cmd(&me, &step.args),
         };
         let mut e = e.dir(util::root());
-        if let Some(artifact) = step.reuse_index.then(packed_index).flatten() {
+        // The newest index a release build of the workspace packed, unless the caller chose one.
+        let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
+        let packed = || util::newest_index_artifact(&util::target_dir().join("release/build"));
+        if let Some(artifact) = (step.reuse_index && !chosen).then(packed).flatten() {
             e = e.env("FRAUD_INDEX_ARTIFACT_IN", artifact);
         }
         let t = Instant::now();
-        let passed = match e.run() {
-            Ok(_) => true,
-            Err(err) => {
-                log!("ci: {} failed: {err}", step.name);
-                false
-            }
-        };
-        done.push(Outcome { name: step.name, passed, seconds: t.elapsed().as_secs_f64() });
+        let result = e.run();
+        if let Err(err) = &result {
+            log!("ci: {} failed: {err}", step.name);
+        }
+        done.push(Outcome {
+            name: step.name,
+            passed: result.is_ok(),
+            seconds: t.elapsed().as_secs_f64(),
+        });
     }
     let passed = done.iter().all(|s| s.passed);
     util::verdict("ci", passed, &figures(&done, started.elapsed().as_secs_f64()), &done)
@@ -108,19 +112,10 @@ pub fn run(args: Args) -> Result<()> {
 
 /// `fmt ok 3 s, clippy FAILED 80 s, ...; 1200 s in all`.
 fn figures(done: &[Outcome], total_s: f64) -> String {
-    let each = done.iter().map(|s| {
+    let each = util::list(done, |s| {
         format!("{} {} {:.0} s", s.name, if s.passed { "ok" } else { "FAILED" }, s.seconds)
     });
-    format!("{}; {total_s:.0} s in all", each.collect::<Vec<_>>().join(", "))
-}
-
-/// The newest index artifact packed by a release build of the workspace, unless the caller
-/// chose one.
-fn packed_index() -> Option<std::path::PathBuf> {
-    if std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some() {
-        return None;
-    }
-    util::newest_index_artifact(&util::target_dir().join("release/build"))
+    format!("{each}; {total_s:.0} s in all")
 }
 
 #[cfg(test)]
@@ -131,13 +126,9 @@ mod tests {
     fn the_steps_and_their_order() {
         let s = steps(Path::new("/t"));
         let names: Vec<&str> = s.iter().map(|s| s.name).collect();
-        assert_eq!(
-            names,
-            ["fmt", "clippy", "clippy lambda", "test", "verify", "fuzz", "lambda"]
-                .into_iter()
-                .chain(["stack smoke", "stack chaos", "stack overload"])
-                .collect::<Vec<_>>()
-        );
+        let want =
+            ["fmt", "clippy", "clippy lambda", "test", "verify", "fuzz", "lambda", "stack smoke"];
+        assert_eq!(names, [&want[..], &["stack chaos", "stack overload"]].concat());
         let clippy = s.iter().filter(|s| s.name.starts_with("clippy"));
         assert!(clippy.clone().all(|s| s.args[..2] == ["clippy", "--release"]));
         assert!(clippy.clone().all(|s| s.args.ends_with(&["-D".into(), "warnings".into()])));
@@ -146,10 +137,6 @@ mod tests {
         assert_eq!((s[7].program, s[0].program), (Program::Xtask, Program::Cargo));
         let reuse: Vec<&str> = s.iter().filter(|s| s.reuse_index).map(|s| s.name).collect();
         assert_eq!(reuse, ["clippy lambda", "lambda", "stack smoke"]);
-    }
-
-    #[test]
-    fn the_summary_names_every_step() {
         let done = [
             Outcome { name: "fmt", passed: true, seconds: 2.6 },
             Outcome { name: "test", passed: false, seconds: 100.2 },

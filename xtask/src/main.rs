@@ -1,23 +1,10 @@
-//! `cargo xtask`: the harness of the fraud scorer, as code (the alias is in `.cargo/config.toml`).
+//! `cargo xtask`: the fraud scorer's harness (the alias is in `.cargo/config.toml`). Every
+//! command prints progress on stderr and ends with one verdict line (`<command>: PASS|FAIL
+//! <figures>`), also written as JSON under `<target>/xtask/` (`CARGO_TARGET_DIR` honoured).
 //!
-//! Every harness the project has is a subcommand here; `scripts/` keeps only the README's two
-//! commands and the package installer they share. Each command prints progress on stderr, ends
-//! with one verdict line (`<command>: PASS|FAIL <figures>`) and writes the same result as JSON
-//! under `<target>/xtask/` (cargo's target directory, `CARGO_TARGET_DIR` honoured).
-//!
-//! | command | what it does |
-//! |---|---|
-//! | `ci` | what `.ci/run` runs after setup: formatting, lints, tests and every gate below |
-//! | `verify` | the public test set through the handler; vectors and 5 neighbours against the labeller crate |
-//! | `lambda` | the Lambda binary under AWS's emulator, and the `sam build` path |
-//! | `stack ...` | the contest stack in docker compose: images, replica runs, floor, gates |
-//! | `fuzz` | the cargo-fuzz targets under AddressSanitizer |
-//! | `bench` | criterion benchmarks of the search |
-//!
-//! Layout: [`util`] holds every shared helper and imports nothing of the harness; each command
-//! module imports only `util` and its own children. The instruments that CI never runs (`bench`,
-//! `lambda cold-start` and `sam-local` in `lambda::measure`, `stack batch` with its chart and
-//! external compose projects in `stack::measure`) sit apart from the gates.
+//! Layout: [`util`] holds the shared helpers and imports nothing of the harness; each command
+//! module imports only `util` and its own children. The instruments CI never runs (`bench`,
+//! `lambda::measure`, `stack::measure`) sit apart from the gates.
 
 mod bench;
 mod ci;

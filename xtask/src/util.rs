@@ -1,8 +1,4 @@
-//! The harness's shared helpers. Every command uses this module and it uses none of them, as
-//! rust-analyzer keeps its own xtask: paths (the workspace root, cargo's target directory as
-//! cargo resolves it), running programs (duct), UTC time (jiff), statistics, sizes, SHA-256,
-//! polling, Docker, the build triple and the packed index artifact, static binaries and
-//! FROM-scratch images, the public test set, and the verdict every command ends with.
+//! The harness's shared helpers; every command uses this module and it uses none of them.
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -17,7 +13,7 @@ macro_rules! log {
 }
 pub(crate) use log;
 
-/// `duct::cmd!` started in the workspace root; a failure names the command line.
+/// `duct::cmd!` started in the workspace root.
 macro_rules! cmd {
     ($($arg:expr),+ $(,)?) => { duct::cmd!($($arg),+).dir($crate::util::root()) };
 }
@@ -36,16 +32,9 @@ pub fn target_dir() -> &'static Path {
         struct Metadata {
             target_directory: PathBuf,
         }
-        let manifest = root().join("Cargo.toml");
-        let json = duct::cmd!(
-            "cargo",
-            "metadata",
-            "--format-version=1",
-            "--no-deps",
-            "--manifest-path",
-            manifest
-        );
-        let meta = json.stderr_null().read().ok().and_then(|j| serde_json::from_str(&j).ok());
+        let json =
+            cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null().read();
+        let meta = json.ok().and_then(|j| serde_json::from_str(&j).ok());
         meta.map_or_else(|| root().join("target"), |m: Metadata| m.target_directory)
     })
 }
@@ -67,8 +56,8 @@ pub fn read(e: &duct::Expression) -> Result<String> {
     e.read().with_context(|| format!("running {e:?}"))
 }
 
-/// `e` with its stdout and stderr both written to `log` (duct applies redirections from the
-/// outside in, so stderr follows stdout into the file only in this order).
+/// `e` with stdout and stderr both written to `log` (duct applies redirections from the outside
+/// in, so stderr follows stdout into the file only in this order).
 pub fn to_log(e: duct::Expression, log: &Path) -> duct::Expression {
     e.stderr_to_stdout().stdout_path(log)
 }
@@ -80,7 +69,6 @@ pub fn require(program: &str, why: &str) -> Result<()> {
     Ok(())
 }
 
-/// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
     jiff::Timestamp::now().as_millisecond() as u64
 }
@@ -95,7 +83,6 @@ pub fn date() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%d").to_string()
 }
 
-/// Milliseconds of a duration.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -116,13 +103,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The `p`-quantile (0..=1) of sorted values: the value at rank `p * n`.
-pub fn quantile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((p * sorted.len() as f64) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(i).copied().unwrap_or(f64::NAN)
-}
-
-/// Count, p50, p99 and max of a set of values (milliseconds, where it is used).
+/// Count, p50 and p99 (the value at rank `p * n`) and max of a set of values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Quantiles {
     pub n: usize,
@@ -134,17 +115,21 @@ pub struct Quantiles {
 impl Quantiles {
     pub fn of(mut v: Vec<f64>) -> Quantiles {
         v.sort_by(f64::total_cmp);
-        let max = v.last().copied().unwrap_or(f64::NAN);
-        Quantiles { n: v.len(), p50: quantile(&v, 0.5), p99: quantile(&v, 0.99), max }
+        let at = |p: f64| v.get(((p * v.len() as f64) as usize).min(v.len().saturating_sub(1)));
+        let q = |p| at(p).copied().unwrap_or(f64::NAN);
+        Quantiles {
+            n: v.len(),
+            p50: q(0.5),
+            p99: q(0.99),
+            max: v.last().copied().unwrap_or(f64::NAN),
+        }
     }
 }
 
-/// Mebibytes, for messages.
 pub fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-/// Lower-case hex SHA-256 of a file.
 pub fn sha256_file(path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -171,29 +156,25 @@ pub fn poll<T>(
     }
 }
 
-/// The engine as `docker info` reports it.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct DockerInfo {
-    pub server_version: String,
-    pub cgroup_driver: String,
-    pub cgroup_version: String,
-}
-
-/// `docker info`; an error means that no Docker engine is usable here.
-pub fn docker_info() -> Result<DockerInfo> {
+/// Fails unless a Docker engine is usable here (`docker info` answers with a server version).
+pub fn docker_usable() -> Result<()> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Info {
+        server_version: String,
+    }
     let e = duct::cmd!("docker", "info", "--format", "{{json .}}");
     let out =
         e.stdout_capture().stderr_capture().unchecked().run().context("cannot start docker")?;
-    let info: Option<DockerInfo> = serde_json::from_slice(&out.stdout).ok();
-    match info {
-        Some(i) if out.status.success() && !i.server_version.is_empty() => Ok(i),
-        _ => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let why = stderr.lines().last().unwrap_or("").trim();
-            bail!("`docker info` fails: no usable Docker engine ({why})")
-        }
+    let info: Option<Info> = serde_json::from_slice(&out.stdout).ok();
+    if out.status.success() && info.is_some_and(|i| !i.server_version.is_empty()) {
+        return Ok(());
     }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    bail!(
+        "`docker info` fails: no usable Docker engine ({})",
+        stderr.lines().last().unwrap_or("").trim()
+    )
 }
 
 /// The one target triple of the static builds (the contest's and Lambda's x86-64 Linux).
@@ -204,11 +185,9 @@ pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
     let dirs = std::fs::read_dir(build).ok()?.filter_map(|e| e.ok());
     let dirs = dirs.filter(|e| e.file_name().to_string_lossy().starts_with("function-"));
-    let found = dirs.map(|e| e.path().join("out/fraud-index.idx")).filter_map(|p| {
-        let modified = p.metadata().and_then(|m| m.modified()).ok()?;
-        Some((modified, p))
-    });
-    found.max_by_key(|(t, _)| *t).map(|(_, p)| p)
+    let found = dirs.map(|e| e.path().join("out/fraud-index.idx"));
+    let dated = found.filter_map(|p| Some((p.metadata().and_then(|m| m.modified()).ok()?, p)));
+    dated.max_by_key(|(t, _)| *t).map(|(_, p)| p)
 }
 
 /// Fails unless `path` is an x86-64 ELF executable without a program interpreter (static).
@@ -225,7 +204,6 @@ pub fn check_static_x86_64(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One entry of a root file system.
 enum Node {
     Dir(u32),
     Text(String),
@@ -260,9 +238,9 @@ impl ScratchImage {
 
     /// Writes the archive to `path`.
     pub fn write(&mut self, path: &Path) -> Result<()> {
-        let parents: Vec<String> = (self.0.keys())
-            .flat_map(|k| Path::new(k).ancestors().skip(1).map(|a| a.to_string_lossy().into()))
-            .filter(|a: &String| !a.is_empty())
+        let parents: Vec<String> = (self.0.keys().flat_map(|k| Path::new(k).ancestors().skip(1)))
+            .map(|a| a.to_string_lossy().into_owned())
+            .filter(|a| !a.is_empty())
             .collect();
         for p in parents {
             self.0.entry(p).or_insert(Node::Dir(0o755));
@@ -270,29 +248,29 @@ impl ScratchImage {
         std::fs::create_dir_all(path.parent().context("no parent")?)?;
         let mut tar = tar::Builder::new(std::fs::File::create(path)?);
         for (name, node) in &self.0 {
+            use tar::EntryType::{Directory, Regular, Symlink};
             let mut h = tar::Header::new_gnu();
-            let (kind, mode, size) = match node {
-                Node::Dir(m) => (tar::EntryType::Directory, *m, 0),
-                Node::Text(t) => (tar::EntryType::Regular, 0o644, t.len() as u64),
-                Node::File(f, m) => (tar::EntryType::Regular, *m, f.metadata()?.len()),
-                Node::Link(_) => (tar::EntryType::Symlink, 0o777, 0),
+            let (kind, mode, size, data): (_, _, u64, Box<dyn std::io::Read>) = match node {
+                Node::Dir(m) => (Directory, *m, 0, Box::new(std::io::empty())),
+                Node::Text(t) => (Regular, 0o644, t.len() as u64, Box::new(t.as_bytes())),
+                Node::File(f, m) => {
+                    let file = std::fs::File::open(f)
+                        .with_context(|| format!("cannot open {}", f.display()))?;
+                    (Regular, *m, file.metadata()?.len(), Box::new(file))
+                }
+                Node::Link(target) => {
+                    h.set_link_name(target)?;
+                    (Symlink, 0o777, 0, Box::new(std::io::empty()))
+                }
             };
             h.set_entry_type(kind);
             h.set_mode(mode);
             h.set_size(size);
+            // Owner and mtime 0 (the header starts zeroed, but a zeroed field is not an octal 0).
             h.set_uid(0);
             h.set_gid(0);
             h.set_mtime(0);
-            match node {
-                Node::Dir(_) => tar.append_data(&mut h, name, std::io::empty())?,
-                Node::Text(t) => tar.append_data(&mut h, name, t.as_bytes())?,
-                Node::Link(target) => tar.append_link(&mut h, name, target)?,
-                Node::File(f, _) => {
-                    let file = std::fs::File::open(f)
-                        .with_context(|| format!("cannot open {}", f.display()))?;
-                    tar.append_data(&mut h, name, file)?
-                }
-            }
+            tar.append_data(&mut h, name, data)?;
         }
         tar.into_inner()?.sync_all()?;
         Ok(())
@@ -306,7 +284,6 @@ pub fn docker_build(context: &Path, dockerfile: &Path, tag: &str) -> Result<()> 
     run(&duct::cmd!("docker", "build", "-q", "-t", tag, context).stdout_null())
 }
 
-/// The contest's public test set.
 pub const TEST_SET: &str = "tests/data/test-data.json.gz";
 
 /// One public payload with the labeller's answer.
@@ -330,7 +307,6 @@ pub fn test_entries() -> Result<Vec<Entry>> {
     Ok(serde_json::from_slice::<TestFile>(&text)?.entries)
 }
 
-/// `n` indices spread evenly over `len` items.
 pub fn spread(len: usize, n: usize) -> Vec<usize> {
     (0..len).step_by((len / n.max(1)).max(1)).take(n).collect()
 }
@@ -341,27 +317,24 @@ pub fn last_json<T: for<'de> Deserialize<'de>>(stdout: &str, what: &str) -> Resu
     serde_json::from_str(line).with_context(|| format!("{what}: unexpected last line {line:?}"))
 }
 
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Ends a command: prints `<name>: PASS|FAIL <figures>` (figures last, so that a CI log can be
 /// grepped for them), writes the same with `detail` to `<target>/xtask/<name>.json` (spaces
 /// become dashes), and returns an error on a failure (so the process exits non-zero).
 pub fn verdict(name: &str, passed: bool, figures: &str, detail: &impl Serialize) -> Result<()> {
-    #[derive(Serialize)]
-    struct Record<'a, T> {
-        command: &'a str,
-        passed: bool,
-        figures: &'a str,
-        detail: &'a T,
-    }
     let path = xtask_dir("")?.join(format!("{}.json", name.replace(' ', "-")));
-    let record = Record { command: name, passed, figures, detail };
-    std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let record = serde_json::json!({"command": name, "passed": passed, "figures": figures, "detail": detail});
+    write_json(&path, &record)?;
     println!("{name}: {} {figures}", if passed { "PASS" } else { "FAIL" });
     ensure!(passed, "{name} failed (details in {})", path.display());
     Ok(())
 }
 
-/// `, problems: a; b` for a verdict line, or nothing.
+/// `; problems: a; b` for a verdict line, or nothing.
 pub fn problems_suffix(problems: &[String]) -> String {
     if problems.is_empty() {
         return String::new();
@@ -369,18 +342,28 @@ pub fn problems_suffix(problems: &[String]) -> String {
     format!("; problems: {}", problems.join("; "))
 }
 
+/// `a, b, c`: the items of `it` shown by `f`.
+pub fn list<T>(it: impl IntoIterator<Item = T>, f: impl FnMut(T) -> String) -> String {
+    it.into_iter().map(f).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn medians_and_quantiles() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
+    fn statistics_dates_and_spreads() {
+        assert_eq!([median(vec![3.0, 1.0, 2.0]), median(vec![4.0, 1.0, 2.0, 3.0])], [2.0, 2.5]);
+        assert!(median(vec![]).is_nan() && Quantiles::of(vec![]).p50.is_nan());
         let q = Quantiles::of((1..=200).map(f64::from).rev().collect());
         assert_eq!((q.n, q.p50, q.p99, q.max), (200, 101.0, 199.0, 200.0));
-        assert!(quantile(&[], 0.5).is_nan());
+        let (s, d) = (stamp(), date());
+        assert_eq!((s.len(), &s[8..9], &s[15..], d.len()), (16, "T", "Z", 10));
+        assert!(s.starts_with(&d.replace('-', "")));
+        assert_eq!((spread(10, 3), spread(2, 5)), (vec![0, 3, 6], vec![0, 1]));
+        assert_eq!(list([1, 2], |n| format!("#{n}")), "#1, #2");
+        assert_eq!(problems_suffix(&[]), "");
+        assert_eq!(problems_suffix(&["a".into(), "b".into()]), "; problems: a; b");
     }
 
     #[test]
@@ -397,15 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn dates_are_utc_stamps() {
-        let (s, d) = (stamp(), date());
-        assert_eq!((s.len(), &s[8..9], &s[15..]), (16, "T", "Z"));
-        assert_eq!(d.len(), 10);
-        assert!(s.starts_with(&d.replace('-', "")));
-    }
-
-    #[test]
-    fn newest_artifact_and_spread() {
+    fn the_newest_artifact_of_function() {
         let dir = std::env::temp_dir().join(format!("xtask-util-{}", std::process::id()));
         for f in ["function-a/out", "function-b/out", "other-c/out"] {
             std::fs::create_dir_all(dir.join(f)).unwrap();
@@ -413,11 +388,8 @@ mod tests {
         assert_eq!(newest_index_artifact(&dir), None);
         std::fs::write(dir.join("function-b/out/fraud-index.idx"), "x").unwrap();
         std::fs::write(dir.join("other-c/out/fraud-index.idx"), "x").unwrap();
-        let found = newest_index_artifact(&dir).unwrap();
-        assert!(found.ends_with("function-b/out/fraud-index.idx"));
+        assert!(newest_index_artifact(&dir).unwrap().ends_with("function-b/out/fraud-index.idx"));
         std::fs::remove_dir_all(dir).unwrap();
-        assert_eq!(spread(10, 3), [0, 3, 6]);
-        assert_eq!(spread(2, 5), [0, 1]);
     }
 
     #[test]
@@ -425,43 +397,36 @@ mod tests {
         let path = std::env::temp_dir().join(format!("xtask-rootfs-{}.tar", std::process::id()));
         let mut fs = ScratchImage::default();
         fs.text("usr/local/etc/x.cfg", "a").dir("tmp", 0o1777).link("usr/lib64", "../lib64");
-        fs.write(&path).unwrap();
+        fs.file("bin/me", &root().join("Cargo.toml"), 0o755).write(&path).unwrap();
         let mut archive = tar::Archive::new(std::fs::File::open(&path).unwrap());
-        let entries: Vec<(String, u32)> = (archive.entries().unwrap())
-            .map(|e| e.unwrap())
-            .map(|e| (e.path().unwrap().display().to_string(), e.header().mode().unwrap()))
-            .collect();
-        let names: Vec<&str> = entries.iter().map(|(n, _)| n.trim_end_matches('/')).collect();
+        let entry = |e: tar::Entry<_>| {
+            (e.path().unwrap().display().to_string(), e.header().mode().unwrap(), e.size())
+        };
+        let entries: Vec<(String, u32, u64)> =
+            archive.entries().unwrap().map(|e| entry(e.unwrap())).collect();
+        let names: Vec<&str> = entries.iter().map(|(n, ..)| n.trim_end_matches('/')).collect();
         assert_eq!(
-            names,
-            ["tmp", "usr", "usr/lib64", "usr/local", "usr/local/etc", "usr/local/etc/x.cfg"]
+            names.join(" "),
+            "bin bin/me tmp usr usr/lib64 usr/local usr/local/etc usr/local/etc/x.cfg"
         );
-        assert_eq!(entries[0].1, 0o1777);
+        let size = root().join("Cargo.toml").metadata().unwrap().len();
+        let got = (entries[1].1, entries[1].2, entries[2].1, entries[7].2);
+        assert_eq!(got, (0o755, size, 0o1777, 1));
         std::fs::remove_file(path).unwrap();
     }
 
     #[test]
-    fn a_log_gets_both_streams() {
+    fn logs_json_and_the_test_binary() {
         let log = std::env::temp_dir().join(format!("xtask-log-{}.txt", std::process::id()));
         run(&to_log(duct::cmd!("sh", "-c", "echo out; echo err >&2"), &log)).unwrap();
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
         std::fs::remove_file(log).unwrap();
-    }
-
-    #[test]
-    fn the_last_line_is_the_json() {
         #[derive(Deserialize)]
         struct A {
             a: u32,
         }
         assert_eq!(last_json::<A>("progress\n{\"a\": 7}", "x").unwrap().a, 7);
         assert!(last_json::<A>("", "x").is_err());
-        assert_eq!(problems_suffix(&[]), "");
-        assert_eq!(problems_suffix(&["a".into(), "b".into()]), "; problems: a; b");
-    }
-
-    #[test]
-    fn this_test_binary_is_x86_64_elf_and_the_test_set_reads() {
         let me = std::env::current_exe().unwrap();
         let why = check_static_x86_64(&me).map_or_else(|e| e.to_string(), |_| "static".into());
         assert!(why == "static" || why.contains("dynamically linked"), "{why}");

@@ -1,11 +1,8 @@
-//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap, on loopback.
-//!
-//! The RIE listens on an API port for invocations (`POST /2015-03-31/functions/function/
-//! invocations` with an event) and offers the Lambda runtime API to the bootstrap on a second
-//! port. It starts the bootstrap at the first invocation, so that invocation carries the init.
-//! The bootstrap's own output (JSON log lines, as with `LoggingConfig: LogFormat: JSON`) and the
-//! RIE's reports (`INIT REPORT`, `REPORT ... Duration`) go to one log file, read back at the end
-//! ([`Log`]). With `cpus`, the bootstrap (not the RIE) runs under a CFS quota as on Lambda.
+//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap, on loopback. The
+//! RIE takes invocations on one port and offers the runtime API to the bootstrap on another; it
+//! starts the bootstrap at the first invocation. The bootstrap's JSON log lines and the RIE's
+//! reports go to one log file, read back at the end ([`Log`]). With `cpus`, the bootstrap runs
+//! under a CFS quota as on Lambda.
 
 use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
@@ -17,7 +14,8 @@ use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
-/// What the function is configured with (template.yaml's defaults unless overridden).
+/// What the function is configured with (template.yaml's defaults, [`super::sam::defaults`],
+/// unless overridden).
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
     pub memory_mb: u32,
@@ -40,18 +38,21 @@ impl Emulator {
     /// Starts the RIE for the bootstrap in `package_dir`, writing its output to `log`.
     pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: PathBuf) -> Result<Emulator> {
         let (api, runtime_api) = (free_port()?, free_port()?);
-        let (entry, cgroup) = match s.cpus {
-            Some(cpus) => {
-                let (wrapper, cgroup) = cpu_limited(cpus, log.with_extension("wrapper"))?;
-                (wrapper, Some(cgroup))
-            }
-            None => (PathBuf::from("./bootstrap"), None),
-        };
+        let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
+        let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
+        let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
         let out = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
-        let (api_arg, runtime_arg) = (api.to_string(), runtime_api.to_string());
-        let flags = ["--runtime-interface-emulator-address", &api_arg, "--runtime-api-address"];
-        let e = duct::cmd!(rie, flags[0], flags[1], flags[2], runtime_arg, &entry);
+        let (api_flag, runtime_flag) =
+            ("--runtime-interface-emulator-address", "--runtime-api-address");
+        let e = duct::cmd!(
+            rie,
+            api_flag,
+            api.to_string(),
+            runtime_flag,
+            runtime_api.to_string(),
+            &entry
+        );
         let e = e.dir(package_dir).stdin_null().stdout_file(out.try_clone()?).stderr_file(out);
         let child = e
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
@@ -64,17 +65,15 @@ impl Emulator {
             .unchecked()
             .start()
             .with_context(|| format!("cannot start {}", rie.display()))?;
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(15)))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let config = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(15)));
+        let agent = config.http_status_as_error(false).build().into();
         Ok(Emulator { child, api, agent, log, cgroup, launched: Instant::now() })
     }
 
     /// Waits (at most 20 s) until the RIE accepts connections; returns the time since launch.
     pub fn wait_listening(&mut self) -> Result<Duration> {
-        util::poll("the emulator's API", Duration::from_secs(20), Duration::from_millis(5), || {
+        let (limit, every) = (Duration::from_secs(20), Duration::from_millis(5));
+        util::poll("the emulator's API", limit, every, || {
             if TcpStream::connect_timeout(&self.api, Duration::from_secs(1)).is_ok() {
                 return Ok(Ok(self.launched.elapsed()));
             }
@@ -89,9 +88,8 @@ impl Emulator {
     pub fn invoke(&self, event: &[u8]) -> Result<(Vec<u8>, Duration)> {
         let url = format!("http://{}{INVOKE}", self.api);
         let t = Instant::now();
-        let mut resp = (self.agent.post(&url).header("content-type", "application/json"))
-            .send(event)
-            .context("invoke through the emulator")?;
+        let req = self.agent.post(&url).header("content-type", "application/json");
+        let mut resp = req.send(event).context("invoke through the emulator")?;
         let body = resp.body_mut().read_to_vec()?;
         let rtt = t.elapsed();
         if resp.status() != 200 {
@@ -120,9 +118,11 @@ impl Emulator {
     }
 
     fn kill(&mut self) {
-        use nix::sys::signal::{kill, Signal};
         for pid in self.child.pids().into_iter().flat_map(descendants) {
-            let _ = kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::SIGKILL,
+            );
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -189,34 +189,19 @@ fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     Ok((wrapper, cg))
 }
 
-/// A process's name (`/proc/<pid>/comm`).
 fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
 }
 
-/// Every descendant of `pid`, from /proc (procps may be missing).
+/// Every descendant of `pid`, from the `children` lists of its threads in /proc.
 fn descendants(pid: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parens.
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
-        if let Some(pp) = ppid.and_then(|s| s.parse::<u32>().ok()) {
-            parent_of.push((p, pp));
-        }
-    }
-    let mut found = vec![pid];
-    let mut i = 0;
-    while i < found.len() {
-        let cur = found[i];
-        found.extend(parent_of.iter().filter(|(_, pp)| *pp == cur).map(|(p, _)| *p));
-        i += 1;
-    }
-    found.remove(0);
-    found
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    let lists =
+        tasks.map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default());
+    let children: Vec<u32> = lists
+        .flat_map(|l| l.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<_>>())
+        .collect();
+    children.into_iter().flat_map(|c| std::iter::once(c).chain(descendants(c))).collect()
 }
 
 /// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).

@@ -1,9 +1,9 @@
-//! The cases the function is held to: every event in events/ with its expected answer
-//! (events/expected.tsv, events/hostile/expected.tsv), and public payloads of
-//! tests/data/test-data.json.gz wrapped in the four event formats. Answers are read as
-//! `lambda_http` writes them (status, headers or multi-value headers, body, base64 flag).
+//! The cases the function is held to: every event of events/ with its expected answer
+//! (events/expected.tsv, events/hostile/expected.tsv: status, then a JSON body, `error`, or
+//! `error:<field>` for a message starting with `<field>: `), and public payloads in the four
+//! event formats. Answers are read as `lambda_http` writes them.
 
-use crate::util::{root, Entry};
+use crate::util::{self, root, Entry};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::Deserialize;
@@ -11,11 +11,16 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The four event sources, each with a `legit.json` template in events/<source>/.
+/// The four event sources, each with a `legit.json` in events/<source>/.
 pub const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];
 
 pub fn events_dir() -> PathBuf {
     root().join("events")
+}
+
+pub fn read_event(name: &str) -> Result<Vec<u8>> {
+    let path = events_dir().join(name);
+    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// What an answer's body must be.
@@ -29,60 +34,45 @@ pub enum Expect {
     ErrorAt(String),
 }
 
-/// One event file and its expected answer.
+/// One event file (path below events/) and its expected answer.
 #[derive(Clone, Debug)]
 pub struct Case {
-    /// Path below events/.
     pub event: String,
     pub status: u16,
     pub expect: Expect,
 }
 
-/// A row of an expected.tsv: `event<TAB>status<TAB>body` (body: JSON, `error` or
-/// `error:<field>`).
-#[derive(Deserialize)]
-struct Row {
-    event: String,
-    status: u16,
-    body: String,
-}
-
-/// Reads an expected.tsv.
+/// Reads an expected.tsv (`event<TAB>status<TAB>body`).
 pub fn parse_table(text: &str) -> Result<Vec<Case>> {
+    #[derive(Deserialize)]
+    struct Row {
+        event: String,
+        status: u16,
+        body: String,
+    }
     let mut reader =
         csv::ReaderBuilder::new().delimiter(b'\t').quoting(false).from_reader(text.as_bytes());
-    let mut cases = Vec::new();
-    for row in reader.deserialize::<Row>() {
-        let row = row?;
-        let expect = match row.body.as_str() {
-            "error" => Expect::Error,
-            b => match b.strip_prefix("error:") {
-                Some(field) => Expect::ErrorAt(field.to_string()),
-                None => Expect::Json(
-                    serde_json::from_str(b).with_context(|| format!("{}: body", row.event))?,
-                ),
-            },
+    let case = |row: Result<Row, csv::Error>| -> Result<Case> {
+        let Row { event, status, body } = row?;
+        let expect = match (body.as_str(), body.strip_prefix("error:")) {
+            ("error", _) => Expect::Error,
+            (_, Some(field)) => Expect::ErrorAt(field.to_string()),
+            (b, None) => {
+                Expect::Json(serde_json::from_str(b).with_context(|| format!("{event}: body"))?)
+            }
         };
-        cases.push(Case { event: row.event, status: row.status, expect });
-    }
-    Ok(cases)
+        Ok(Case { event, status, expect })
+    };
+    reader.deserialize().map(case).collect()
 }
 
 /// Every case of events/expected.tsv, then of events/hostile/expected.tsv.
 pub fn cases() -> Result<Vec<Case>> {
-    let mut all = Vec::new();
-    for table in ["expected.tsv", "hostile/expected.tsv"] {
-        let path = events_dir().join(table);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        all.extend(parse_table(&text).with_context(|| format!("in {}", path.display()))?);
-    }
-    Ok(all)
-}
-
-pub fn read_event(name: &str) -> Result<Vec<u8>> {
-    let path = events_dir().join(name);
-    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+    let tables = ["expected.tsv", "hostile/expected.tsv"].map(|t| {
+        let text = String::from_utf8(read_event(t)?)?;
+        parse_table(&text).with_context(|| format!("in events/{t}"))
+    });
+    Ok(tables.into_iter().collect::<Result<Vec<_>>>()?.concat())
 }
 
 /// What the function answered, as `lambda_http` encodes it for every event source.
@@ -90,11 +80,8 @@ pub fn read_event(name: &str) -> Result<Vec<u8>> {
 #[serde(rename_all = "camelCase")]
 struct LambdaResponse {
     status_code: u16,
-    #[serde(default)]
     headers: Option<HashMap<String, String>>,
-    #[serde(default)]
     multi_value_headers: Option<HashMap<String, Vec<String>>>,
-    #[serde(default)]
     body: Option<String>,
     #[serde(default)]
     is_base64_encoded: bool,
@@ -127,37 +114,23 @@ impl Answer {
                 Err(_) => bail!("not a Lambda HTTP answer: {}", String::from_utf8_lossy(raw)),
             },
         };
-        let mut headers: HashMap<String, String> = HashMap::new();
-        for (k, v) in r.multi_value_headers.unwrap_or_default() {
-            if let Some(first) = v.into_iter().next() {
-                headers.insert(k.to_ascii_lowercase(), first);
-            }
+        let multi = r.multi_value_headers.unwrap_or_default().into_iter();
+        let multi = multi.filter_map(|(k, v)| Some((k, v.into_iter().next()?)));
+        let headers =
+            multi.chain(r.headers.unwrap_or_default()).map(|(k, v)| (k.to_ascii_lowercase(), v));
+        let mut headers: HashMap<String, String> = headers.collect();
+        let mut body = r.body.unwrap_or_default();
+        if r.is_base64_encoded {
+            body = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body)?)?;
         }
-        for (k, v) in r.headers.unwrap_or_default() {
-            headers.insert(k.to_ascii_lowercase(), v);
-        }
-        let body = r.body.unwrap_or_default();
-        let body = if r.is_base64_encoded {
-            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body)?)?
-        } else {
-            body
-        };
-        Ok(Answer {
-            status: r.status_code,
-            content_type: headers.remove("content-type"),
-            allow: headers.remove("allow"),
-            body,
-        })
+        let (content_type, allow) = (headers.remove("content-type"), headers.remove("allow"));
+        Ok(Answer { status: r.status_code, content_type, allow, body })
     }
 
     /// Why this answer does not meet `case`, if it does not.
     pub fn mismatch(&self, case: &Case) -> Option<String> {
         let body: Option<Value> = serde_json::from_str(&self.body).ok();
-        let error = body
-            .as_ref()
-            .and_then(|b| b.get("error"))
-            .and_then(|e| e.as_str())
-            .filter(|e| !e.is_empty());
+        let error = body.as_ref().and_then(|b| b.get("error")?.as_str()).filter(|e| !e.is_empty());
         let body_ok = match &case.expect {
             Expect::Json(want) => body.as_ref() == Some(want),
             Expect::Error => error.is_some(),
@@ -167,16 +140,12 @@ impl Answer {
             && self.content_type.as_deref() == Some("application/json")
             && body_ok
             && (case.status != 405 || self.allow.as_deref() == Some("POST"));
+        let Answer { status, content_type, allow, body } = self;
+        let want = format!("{} {:?}", case.status, case.expect);
         (!ok).then(|| {
             format!(
-                "{}: got {} {:?} allow {:?} {}, want {} {:?}",
-                case.event,
-                self.status,
-                self.content_type,
-                self.allow,
-                self.body,
-                case.status,
-                case.expect
+                "{}: got {status} {content_type:?} allow {allow:?} {body}, want {want}",
+                case.event
             )
         })
     }
@@ -185,7 +154,7 @@ impl Answer {
 /// `n` entries spread evenly over the file, then (with `edges`) every entry with exactly 3
 /// frauds in 5 (fraud score 0.6, where a tie rule or an off-by-one would show).
 pub fn spread(entries: &[Entry], n: usize, edges: bool) -> Vec<usize> {
-    let mut picked = crate::util::spread(entries.len(), n);
+    let mut picked = util::spread(entries.len(), n);
     if edges {
         let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
         let edge = |i: &usize| entries[*i].expected_fraud_score == 0.6 && !first.contains(i);
@@ -199,11 +168,9 @@ pub struct Templates(Vec<Value>);
 
 impl Templates {
     pub fn load() -> Result<Templates> {
-        let mut t = Vec::new();
-        for s in SOURCES {
-            t.push(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?);
-        }
-        Ok(Templates(t))
+        let each =
+            SOURCES.map(|s| Ok(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?));
+        Ok(Templates(each.into_iter().collect::<Result<_>>()?))
     }
 
     /// The event of source `i % 4` carrying `body`.
@@ -221,8 +188,9 @@ pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
         approved: bool,
         fraud_score: f64,
     }
+    let decision = serde_json::from_str::<Decision>(&answer.body);
     answer.status == 200
-        && serde_json::from_str::<Decision>(&answer.body)
+        && decision
             .is_ok_and(|d| d.approved == approved && (d.fraud_score - fraud_score).abs() < 1e-9)
 }
 
@@ -230,64 +198,111 @@ pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn tables_parse_and_name_existing_events() {
-        let cases = cases().unwrap();
-        assert!(cases.len() >= 40, "{}", cases.len());
-        for c in &cases {
-            assert!(events_dir().join(&c.event).exists(), "{}", c.event);
+    /// The body an event carries (decoded when base64).
+    fn body(event: &str) -> Vec<u8> {
+        let e: Value = serde_json::from_slice(&read_event(event).unwrap()).unwrap();
+        let b = e["body"].as_str().unwrap_or_default().as_bytes();
+        let decoded = || base64::engine::general_purpose::STANDARD.decode(b).unwrap();
+        if e["isBase64Encoded"] == true {
+            decoded()
+        } else {
+            b.into()
         }
-        let t =
-            parse_table("event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\n")
-                .unwrap();
-        assert_eq!(t[0].expect, Expect::ErrorAt("x.y".into()));
-        assert_eq!(t[1].expect, Expect::Json(serde_json::json!({"a": 1})));
     }
 
     #[test]
-    fn answers_of_every_encoding_are_read() {
+    fn the_checked_in_events_are_their_tables_and_carry_their_cases() {
+        let cases = cases().unwrap();
+        let dirs = std::fs::read_dir(events_dir()).unwrap().flatten().filter(|d| d.path().is_dir());
+        let files = dirs.flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten());
+        let files =
+            files.map(|f| f.path().strip_prefix(events_dir()).unwrap().display().to_string());
+        let mut files: Vec<String> =
+            files.filter(|f| f.ends_with(".json") && !f.starts_with("payloads/")).collect();
+        let mut named: Vec<String> = cases.iter().map(|c| c.event.clone()).collect();
+        files.sort();
+        named.sort();
+        assert_eq!((files, cases.len()), (named, 45));
+        // Each source's scored events carry the payloads of events/payloads/.
+        for source in SOURCES {
+            for name in ["legit", "fraud", "null-last", "malformed"] {
+                let payload = read_event(&format!("payloads/{name}.json")).unwrap();
+                assert_eq!(
+                    body(&format!("{source}/{name}.json")),
+                    payload.trim_ascii_end(),
+                    "{source}/{name}"
+                );
+            }
+        }
+        // The valid hostile events carry hostile-valid.json's bodies and the labeller's answers.
+        #[derive(Deserialize)]
+        struct Valid {
+            name: String,
+            body: String,
+            expected: String,
+        }
+        let text =
+            std::fs::read(root().join("local-runner/tests/data/hostile-valid.json")).unwrap();
+        let valid: Vec<Valid> = serde_json::from_slice(&text).unwrap();
+        let ok: Vec<&Case> =
+            cases.iter().filter(|c| c.event.starts_with("hostile/") && c.status == 200).collect();
+        for c in &ok {
+            let name = c.event["hostile/".len()..].trim_end_matches(".json").replace('-', "_");
+            let name = if name == "query_string" { "base".into() } else { name };
+            let v = valid.iter().find(|v| v.name == name).unwrap();
+            let want = Expect::Json(serde_json::from_str(&v.expected).unwrap());
+            assert_eq!(
+                (body(&c.event), &c.expect),
+                (v.body.clone().into_bytes(), &want),
+                "{}",
+                c.event
+            );
+        }
+        assert_eq!(ok.len(), 10);
+    }
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status,
+            content_type: Some("application/json".into()),
+            allow: None,
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn tables_and_answers_of_every_encoding_are_read_and_judged() {
+        let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\n";
+        let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
+        let json = Expect::Json(serde_json::json!({"a": 1}));
+        assert_eq!(expects, [Expect::ErrorAt("x.y".into()), json, Expect::Error]);
+        assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
         let v2 = br#"{"statusCode":405,"headers":{"content-type":"application/json","allow":"POST"},"body":"{\"error\":\"method not allowed: use POST\"}","isBase64Encoded":false,"cookies":[]}"#;
-        let a = Answer::parse(v2).unwrap();
-        let case = Case { event: "x".into(), status: 405, expect: Expect::Error };
-        assert_eq!(a.mismatch(&case), None);
+        let case = |status, expect| Case { event: "x".into(), status, expect };
+        assert_eq!(Answer::parse(v2).unwrap().mismatch(&case(405, Expect::Error)), None);
         let v1 = br#"{"statusCode":200,"headers":{},"multiValueHeaders":{"Content-Type":["application/json"]},"body":"eyJyZWFkeSI6dHJ1ZX0=","isBase64Encoded":true}"#;
-        let a = Answer::parse(v1).unwrap();
-        assert_eq!(a.body, r#"{"ready":true}"#);
-        assert_eq!(a.content_type.as_deref(), Some("application/json"));
+        assert_eq!(Answer::parse(v1).unwrap(), answer(200, r#"{"ready":true}"#));
         let err = Answer::parse(br#"{"errorType":"Runtime.ExitError","errorMessage":"boom"}"#);
         assert!(err.unwrap_err().to_string().contains("Runtime.ExitError"));
+        let refused = answer(400, r#"{"error":"merchant: missing field `mcc`"}"#);
+        assert_eq!(refused.mismatch(&case(400, Expect::ErrorAt("merchant".into()))), None);
+        let wrong = refused.mismatch(&case(400, Expect::ErrorAt("terminal".into()))).unwrap();
+        assert!(
+            wrong.starts_with(r#"x: got 400 Some("application/json") allow None {"error""#),
+            "{wrong}"
+        );
     }
 
     #[test]
     fn replayed_answers_and_the_edges_of_the_replay() {
-        let body = r#"{"approved":false,"fraud_score":0.6}"#.into();
-        let a = Answer {
-            status: 200,
-            content_type: Some("application/json".into()),
-            allow: None,
-            body,
-        };
+        let a = answer(200, r#"{"approved":false,"fraud_score":0.6}"#);
         assert!(matches(&a, false, 0.6) && !matches(&a, true, 0.6) && !matches(&a, false, 0.8));
         let entry = |expected_fraud_score| {
             let request = serde_json::value::RawValue::from_string("{}".into()).unwrap();
             Entry { request, expected_approved: true, expected_fraud_score }
         };
         let entries: Vec<Entry> = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0].map(entry).into();
-        assert_eq!(spread(&entries, 2, true), [0, 3, 1, 4]);
-        assert_eq!(spread(&entries, 2, false), [0, 3]);
-    }
-
-    #[test]
-    fn a_wrong_field_is_a_mismatch() {
-        let a = Answer {
-            status: 400,
-            content_type: Some("application/json".into()),
-            allow: None,
-            body: r#"{"error":"merchant: missing field `mcc`"}"#.into(),
-        };
-        let at =
-            |f: &str| Case { event: "x".into(), status: 400, expect: Expect::ErrorAt(f.into()) };
-        assert_eq!(a.mismatch(&at("merchant")), None);
-        assert!(a.mismatch(&at("terminal")).is_some());
+        let (edges, even) = (spread(&entries, 2, true), spread(&entries, 2, false));
+        assert_eq!((edges, even), (vec![0, 3, 1, 4], vec![0, 3]));
     }
 }

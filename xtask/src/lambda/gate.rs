@@ -1,20 +1,13 @@
-//! `cargo xtask lambda`: the CI gate. Gathered first, then judged step by step (each step
-//! printed with its result), then one verdict line:
-//!
-//! 1. SAM CLI (installed into a venv when missing) and `sam validate --lint`;
-//! 2. the bootstrap build and package ([`super::package`]); its sizes against Lambda's limits;
-//! 3. the emulator with that package and template.yaml's settings: the cold start (first
-//!    invocation), every event in events/ against events/expected.tsv and
-//!    events/hostile/expected.tsv, a replay of public payloads through the four event formats
-//!    against the labeller's answers, warm timings, the bootstrap's memory, and its log
-//!    ([`super::logs`]: one init line naming kernels and index, one line per failed request,
-//!    none per success);
-//! 4. `sam build` (what `sam deploy` uploads) and the check that its bootstrap has the SHA-256
-//!    of the binary the emulator ran.
+//! `cargo xtask lambda`: the CI gate. Gathered, then judged step by step (each step printed with
+//! its result), then one verdict line: `sam validate --lint`; the build and its sizes against
+//! Lambda's limits; the emulator with template.yaml's settings: the first invocation (the cold
+//! start), every event of events/ against its table, public payloads through the four event
+//! formats against the labeller's answers, warm timings, the bootstrap's memory, its log
+//! ([`super::logs`]); `sam build` and the SHA-256 of its bootstrap against the tested one.
 
 use super::emulator::{Emulator, Log, Memory, Settings};
 use super::events::{self, Answer, Templates};
-use super::logs;
+use super::logs::{self, Init};
 use super::package::{self, Package};
 use super::sam::{self, Tools};
 use crate::util::{self, log, mb, ms, Quantiles};
@@ -72,7 +65,7 @@ struct Gathered {
     package: Result<Package>,
     settings: Option<Settings>,
     emulated: Option<Result<Emulated>>,
-    expected: Option<Result<logs::Expected>>,
+    expected: Option<Result<Init>>,
     /// `.aws-sam`'s bootstrap and its SHA-256; `None` when left out.
     sam_build: Option<Result<(PathBuf, String)>>,
 }
@@ -85,78 +78,59 @@ struct Step {
     result: String,
 }
 
-/// The judgement: every step, and the figures the verdict line gives.
-#[derive(Default, Serialize)]
+/// The judgement: every step, the log checks, the verdict's figures.
+#[derive(Default)]
 struct Judged {
     steps: Vec<Step>,
-    settings: Option<Settings>,
-    package: Option<Package>,
-    emulated: Option<Emulated>,
-    init_report_ms: Option<f64>,
-    client_rtt_ms: Quantiles,
-    warm_duration_ms: Quantiles,
     logs: Option<logs::Report>,
-    sam_build_sha256: Option<String>,
+    figures: String,
 }
 
 impl Judged {
     fn step(&mut self, name: &'static str, ok: bool, result: impl Into<String>) {
         self.steps.push(Step { name, ok, result: result.into() });
     }
-    fn passed(&self) -> usize {
-        self.steps.iter().filter(|s| s.ok).count()
+    fn passed(&self) -> bool {
+        self.steps.iter().all(|s| s.ok)
     }
 }
 
 pub fn run(a: CiArgs) -> Result<()> {
     let t = Instant::now();
     let g = gather(&a)?;
-    let j = judge(g);
+    let j = judge(&g, a.no_sam_build, t.elapsed().as_secs_f64());
     for s in &j.steps {
         log!("{}: {}: {}", if s.ok { "ok" } else { "FAILED" }, s.name, s.result);
     }
-    let ok = j.passed() == j.steps.len() && j.package.is_some();
-    util::verdict("lambda", ok, &figures(&j, a.no_sam_build, t.elapsed().as_secs_f64()), &j)
+    let (package, emulated) =
+        (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
+    let detail = serde_json::json!({"steps": j.steps, "settings": g.settings, "package": package, "emulated": emulated, "logs": j.logs});
+    util::verdict("lambda", j.passed() && package.is_some(), &j.figures, &detail)
 }
 
 fn gather(a: &CiArgs) -> Result<Gathered> {
     let tools = Tools::ensure()?;
     let validate = tools.validate();
     let package = if a.skip_build { package::existing() } else { package::build() };
-    let mut g = Gathered {
-        validate,
-        package,
-        settings: None,
-        emulated: None,
-        expected: None,
-        sam_build: None,
-    };
-    if let Ok(pkg) = &g.package {
+    let (mut settings, mut emulated, mut expected) = (None, None, None);
+    if let Ok(pkg) = &package {
         let d = sam::defaults()?;
-        let memory_mb = a.memory_mb.unwrap_or(d.memory_mb);
-        let settings =
-            Settings { memory_mb, timeout_s: d.timeout_s, prefault: d.prefault, cpus: a.cpus };
-        g.emulated = Some(emulate(&tools.rie, pkg, &settings, a.replay));
-        g.expected = Some(logs::Expected::of(&pkg.index_artifact));
-        g.settings = Some(settings);
+        let s = Settings { memory_mb: a.memory_mb.unwrap_or(d.memory_mb), cpus: a.cpus, ..d };
+        emulated = Some(emulate(&tools.rie, pkg, &s, a.replay));
+        (expected, settings) = (Some(logs::expected(&pkg.index_artifact)), Some(s));
     }
+    let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
+    let sam_build = (!a.no_sam_build).then(built);
     if a.no_sam_build {
         log!("sam build: left out (--no-sam-build)");
-    } else {
-        g.sam_build = Some(tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?))));
     }
-    Ok(g)
+    Ok(Gathered { validate, package, settings, emulated, expected, sam_build })
 }
 
 /// Starts the emulator, sends the first invocation, the events and the replay, stops it.
-fn emulate(
-    rie: &std::path::Path,
-    pkg: &Package,
-    settings: &Settings,
-    replay: usize,
-) -> Result<Emulated> {
+fn emulate(rie: &std::path::Path, pkg: &Package, s: &Settings, n: usize) -> Result<Emulated> {
     let log = util::xtask_dir("lambda")?.join("rie.log");
-    let mut emu = Emulator::start(rie, &pkg.dir, settings, log.clone())?;
+    let mut emu = Emulator::start(rie, &pkg.dir, s, log.clone())?;
     log!("emulator started, log in {}", log.display());
     let mut out = Emulated { listening_ms: ms(emu.wait_listening()?), ..Emulated::default() };
     let (raw, rtt) = emu.invoke(&events::read_event("apigw-v2/ready.json")?)?;
@@ -178,29 +152,26 @@ fn emulate(
             Err(e) => out.event_failures.push(format!("{}: {e:#}", case.event)),
         }
     }
-    let entries = util::test_entries()?;
-    let templates = Templates::load()?;
-    for (n, i) in events::spread(&entries, replay, true).into_iter().enumerate() {
+    let (entries, templates) = (util::test_entries()?, Templates::load()?);
+    for (k, i) in events::spread(&entries, n, true).into_iter().enumerate() {
         let e = &entries[i];
         out.replayed += 1;
-        match answer(&templates.event(n, e.request.get())) {
+        let (approved, score) = (e.expected_approved, e.expected_fraud_score);
+        let failure = match answer(&templates.event(k, e.request.get())) {
             Ok((a, rtt)) => {
                 out.rtts_ms.push(rtt);
                 out.statuses.push(a.status);
-                if !events::matches(&a, e.expected_approved, e.expected_fraud_score) {
-                    out.mismatches += 1;
-                    let want = format!(
-                        "approved={} fraud_score={}",
-                        e.expected_approved, e.expected_fraud_score
-                    );
-                    out.replay_failures
-                        .push(format!("entry {i}: got {} {}, want {want}", a.status, a.body));
-                }
+                let (wrong, want) =
+                    (!events::matches(&a, approved, score), format!("approved={approved}"));
+                wrong.then(|| {
+                    format!("got {} {}, want {want} fraud_score={score}", a.status, a.body)
+                })
             }
-            Err(err) => {
-                out.mismatches += 1;
-                out.replay_failures.push(format!("entry {i}: {err:#}"));
-            }
+            Err(err) => Some(format!("{err:#}")),
+        };
+        if let Some(f) = failure {
+            out.mismatches += 1;
+            out.replay_failures.push(format!("entry {i}: {f}"));
         }
     }
     out.memory = emu.bootstrap_memory();
@@ -210,48 +181,63 @@ fn emulate(
     Ok(out)
 }
 
-fn judge(g: Gathered) -> Judged {
-    let mut j = Judged { settings: g.settings.clone(), ..Judged::default() };
+fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
+    let mut j = Judged::default();
     j.step("sam validate --lint", g.validate.is_ok(), show(&g.validate, |s| s.clone()));
     let built =
         |p: &Package| format!("{} (static x86-64), sha256 {}", p.bootstrap.display(), p.sha256);
     j.step("bootstrap build", g.package.is_ok(), show(&g.package, built));
     if let Ok(p) = &g.package {
-        let direct = if p.zipped_bytes <= package::LIMIT_ZIPPED_DIRECT {
-            "fits"
-        } else {
-            "too big, deploy through S3 as sam deploy does"
-        };
+        let fits = p.zipped_bytes <= package::LIMIT_ZIPPED_DIRECT;
+        let direct = if fits { "fits" } else { "too big, deploy through S3 as sam deploy does" };
         let (zipped, unzipped) = (mb(p.zipped_bytes), mb(p.unzipped_bytes));
         let sizes = format!("{zipped:.1} MB zipped (direct upload limit 50 MB: {direct}), {unzipped:.1} MB unzipped (limit 250 MB)");
-        j.step(
-            "package within Lambda's limits",
-            p.unzipped_bytes <= package::LIMIT_UNZIPPED,
-            sizes,
-        );
-        j.package = Some(p.clone());
+        let ok = p.unzipped_bytes <= package::LIMIT_UNZIPPED;
+        j.step("package within Lambda's limits", ok, sizes);
     }
-    match g.emulated {
-        Some(Ok(e)) => {
-            let prefault = g.settings.as_ref().is_some_and(|s| s.prefault);
-            timing_steps(&mut j, &e);
-            logs_step(&mut j, &e, g.expected.as_ref(), prefault);
-            j.emulated = Some(e);
-        }
-        Some(Err(e)) => j.step("emulator run", false, format!("{e:#}")),
-        None => {}
+    if let Some(Err(e)) = &g.emulated {
+        j.step("emulator run", false, format!("{e:#}"));
     }
+    let (emulated, prefault) = (
+        g.emulated.as_ref().and_then(|e| e.as_ref().ok()),
+        g.settings.as_ref().is_some_and(|s| s.prefault),
+    );
+    let warm = emulated.map(|e| emulator_steps(&mut j, e, g.expected.as_ref(), prefault));
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {
-            let result = format!(
-                "sha256 {sha} (.aws-sam/build), {} (the binary the emulator ran)",
-                p.sha256
-            );
-            j.step("sam build ships the tested bootstrap", *sha == p.sha256, result);
+            let tested = &p.sha256;
+            let result =
+                format!("sha256 {sha} (.aws-sam/build), {tested} (the binary the emulator ran)");
+            j.step("sam build ships the tested bootstrap", sha == tested, result);
         }
-        j.sam_build_sha256 = built.as_ref().ok().map(|(_, sha)| sha.clone());
     }
+    let (n, passed) = (j.steps.len(), j.steps.iter().filter(|s| s.ok).count());
+    let mut f = format!("{passed}/{n} steps");
+    if let Some(e) = emulated {
+        let (n, replayed, mismatches) = (e.events, e.replayed, e.mismatches);
+        let ok = n - e.event_failures.len().min(n);
+        f += &format!("; events {ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
+    }
+    if let Some(r) = &j.logs {
+        let (lines, failed) = (r.failure_lines, r.failed_requests);
+        f += &format!("; logs: 1 init + {lines} failure lines for {failed} failed requests");
+    }
+    let first = emulated.map_or(f64::NAN, |e| e.first_invoke_ms);
+    let init = emulated.and_then(|e| e.log.init_report_ms).unwrap_or(f64::NAN);
+    let Quantiles { p50, p99, .. } = warm.unwrap_or_default();
+    f += &format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms");
+    if let Ok(p) = &g.package {
+        let (zipped, unzipped, tested) = (mb(p.zipped_bytes), mb(p.unzipped_bytes), &p.sha256);
+        f += &format!("; package {zipped:.1} MB zipped, {unzipped:.1} MB unzipped");
+        f += &match g.sam_build.as_ref().and_then(|b| b.as_ref().ok()).map(|(_, s)| s) {
+            Some(s) if s == tested => format!("; sam build sha256 = tested ({})", &s[..12]),
+            Some(s) => format!("; sam build sha256 {} != tested {}", &s[..12], &tested[..12]),
+            None if no_sam_build => "; sam build LEFT OUT (--no-sam-build)".into(),
+            None => "; sam build failed".into(),
+        };
+    }
+    j.figures = f + &format!("; {seconds:.0} s");
     j
 }
 
@@ -260,111 +246,57 @@ fn show<T>(r: &Result<T>, f: impl FnOnce(&T) -> String) -> String {
     r.as_ref().map_or_else(|e| format!("{e:#}"), f)
 }
 
-/// First invocation, events, replay, warm timings, memory.
-fn timing_steps(j: &mut Judged, e: &Emulated) {
-    j.init_report_ms = e.log.init_report_ms;
-    j.client_rtt_ms = Quantiles::of(e.rtts_ms.clone());
-    j.warm_duration_ms = Quantiles::of(e.log.durations_ms.iter().skip(1).copied().collect());
-    let init = j.init_report_ms.map_or("missing".into(), |v| format!("{v:.2}"));
+/// The emulator run's steps: first invocation, events, replay, warm timings, memory, the log;
+/// returns the warm `Duration`s.
+fn emulator_steps(
+    j: &mut Judged,
+    e: &Emulated,
+    want: Option<&Result<Init>>,
+    pre: bool,
+) -> Quantiles {
+    let c = Quantiles::of(e.rtts_ms.clone());
+    let w = Quantiles::of(e.log.durations_ms.iter().skip(1).copied().collect());
+    let init = e.log.init_report_ms.map_or("missing".into(), |v| format!("{v:.2}"));
     let (rtt, launch) = (e.first_invoke_ms, e.launch_to_first_response_ms);
     let cold = format!("round trip {rtt:.1} ms (exec + init + answer); emulator INIT REPORT {init} ms; launch to first answer {launch:.0} ms");
     j.step("cold start (first invocation)", true, cold);
     let first = |v: &[String], what| v.first().map_or(String::new(), |f| format!("; {what}: {f}"));
-    let (n, failed) = (e.events, e.event_failures.len());
-    let events = first(&e.event_failures, "first failure");
-    j.step(
-        "events",
-        failed == 0,
-        format!("{}/{n} answered as expected{events}", n - failed.min(n)),
-    );
+    let (n, failed, events) =
+        (e.events, e.event_failures.len(), first(&e.event_failures, "first failure"));
+    let ok = n - failed.min(n);
+    j.step("events", failed == 0, format!("{ok}/{n} answered as expected{events}"));
+    let (replayed, mismatches) = (e.replayed, e.mismatches);
     let replay = first(&e.replay_failures, "first");
-    let replay = format!(
-        "{} public payloads through the four event formats, {} mismatches{replay}",
-        e.replayed, e.mismatches
-    );
-    j.step("replay", e.mismatches == 0 && e.replayed > 0, replay);
-    let (w, c) = (j.warm_duration_ms, j.client_rtt_ms);
-    let warm = format!(
-        "emulator Duration p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={}); client round trip p50 {:.3} ms, p99 {:.3} ms",
-        w.p50, w.p99, w.max, w.n, c.p50, c.p99
-    );
+    let replay = format!("{replayed} public payloads through the four event formats, {mismatches} mismatches{replay}");
+    j.step("replay", mismatches == 0 && replayed > 0, replay);
+    let (Quantiles { n, p50, p99, max }, rtt50, rtt99) = (w, c.p50, c.p99);
+    let warm = format!("emulator Duration p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms (n={n}); client round trip p50 {rtt50:.3} ms, p99 {rtt99:.3} ms");
     j.step("warm invocations", w.n + 1 == e.statuses.len(), warm);
     if let Some(m) = e.memory {
-        let [peak, anon, file] =
-            [m.peak_rss_kb, m.rss_anon_kb, m.rss_file_kb].map(|kb| kb as f64 / 1024.0);
+        let mb = |kb: u64| kb as f64 / 1024.0;
+        let (peak, anon, file) = (mb(m.peak_rss_kb), mb(m.rss_anon_kb), mb(m.rss_file_kb));
         let memory = format!("peak RSS {peak:.1} MB (anon {anon:.1} MB, file-backed {file:.1} MB)");
         j.step("bootstrap memory after the replay", true, memory);
     }
-}
-
-/// The function's log against what it must say.
-fn logs_step(
-    j: &mut Judged,
-    e: &Emulated,
-    expected: Option<&Result<logs::Expected>>,
-    prefault: bool,
-) {
-    let report = match expected {
-        Some(Ok(want)) => logs::check(&e.log, &e.statuses, want, prefault),
+    let report = match want {
+        Some(Ok(want)) => logs::check(&e.log, &e.statuses, want, pre),
         Some(Err(err)) => {
             logs::Report::problem(format!("cannot read the embedded artifact: {err:#}"))
         }
         None => logs::Report::problem("no embedded artifact".into()),
     };
     let init = report.init.as_ref().map_or("no init line".to_string(), |i| {
-        format!(
-            "init line: kernels {}, codec {}, index source sha256 {}, artifact crc32 {}, init {} us",
-            i.kernels, i.codec, i.index_source_sha256, i.artifact_crc32, i.init_us
-        )
+        let Init { kernels, codec, index_source_sha256: sha, artifact_crc32: crc, init_us, .. } = i;
+        format!("init line: kernels {kernels}, codec {codec}, index source sha256 {sha}, artifact crc32 {crc}, init {init_us} us")
     });
     let problem = report.problems.first().map_or(String::new(), |p| format!("; PROBLEM: {p}"));
-    let (lines, failed, bad, other) = (
-        report.failure_lines,
-        report.failed_requests,
-        report.bad_requests,
-        report.unexpected_lines,
-    );
+    let (lines, failed, bad) = (report.failure_lines, report.failed_requests, report.bad_requests);
+    let other = report.unexpected_lines;
     let ok = e.statuses.len() - failed;
     let result = format!("{init}; {lines} failure lines for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
     j.step("logs", report.problems.is_empty(), result);
     j.logs = Some(report);
-}
-
-fn figures(j: &Judged, no_sam_build: bool, seconds: f64) -> String {
-    let mut f = format!("{}/{} steps", j.passed(), j.steps.len());
-    if let Some(e) = &j.emulated {
-        let events_ok = e.events - e.event_failures.len().min(e.events);
-        f += &format!(
-            "; events {events_ok}/{}; replay {} payloads, {} mismatches",
-            e.events, e.replayed, e.mismatches
-        );
-    }
-    if let Some(r) = &j.logs {
-        f += &format!(
-            "; logs: 1 init + {} failure lines for {} failed requests",
-            r.failure_lines, r.failed_requests
-        );
-    }
-    let (first, init) = (
-        j.emulated.as_ref().map_or(f64::NAN, |e| e.first_invoke_ms),
-        j.init_report_ms.unwrap_or(f64::NAN),
-    );
-    let w = j.warm_duration_ms;
-    f += &format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {:.2} ms p99 {:.2} ms", w.p50, w.p99);
-    if let Some(p) = &j.package {
-        f += &format!(
-            "; package {:.1} MB zipped, {:.1} MB unzipped",
-            mb(p.zipped_bytes),
-            mb(p.unzipped_bytes)
-        );
-        f += &match j.sam_build_sha256.as_deref() {
-            Some(s) if s == p.sha256 => format!("; sam build sha256 = tested ({})", &s[..12]),
-            Some(s) => format!("; sam build sha256 {} != tested {}", &s[..12], &p.sha256[..12]),
-            None if no_sam_build => "; sam build LEFT OUT (--no-sam-build)".into(),
-            None => "; sam build failed".into(),
-        };
-    }
-    f + &format!("; {seconds:.0} s")
+    w
 }
 
 #[cfg(test)]
@@ -377,16 +309,12 @@ mod tests {
     /// A run of one bad event and two replayed payloads, the second wrong when `mismatch`.
     fn gathered(mismatch: bool) -> Gathered {
         let sha = "198e69c5fa0e".repeat(5);
-        let package = Package {
-            sha256: sha.clone(),
-            zipped_bytes: 44 << 20,
-            unzipped_bytes: 92 << 20,
-            ..Package::default()
-        };
-        let log = format!("{INIT}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n")
-            + &["16.1", "0.9", "0.4", "0.5"]
-                .map(|d| format!("REPORT RequestId: x\tDuration: {d} ms\n"))
-                .concat();
+        let (zipped_bytes, unzipped_bytes) = (44 << 20, 92 << 20);
+        let package =
+            Package { sha256: sha.clone(), zipped_bytes, unzipped_bytes, ..Package::default() };
+        let reports = ["16.1", "0.9", "0.4", "0.5"]
+            .map(|d| format!("REPORT RequestId: x\tDuration: {d} ms\n"));
+        let log = format!("{INIT}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n{}", reports.concat());
         let emulated = Emulated {
             first_invoke_ms: 16.7,
             events: 1,
@@ -398,34 +326,25 @@ mod tests {
             log: Log::parse(&log),
             ..Emulated::default()
         };
-        let expected = logs::Expected {
-            kernels: "avx2",
-            codec: "i16".into(),
-            index_source_sha256: "ab".into(),
-            artifact_crc32: "0000000f".into(),
-            artifact_bytes: 10,
-        };
+        let expected = Log::parse(INIT).lines[0].typed().unwrap();
         Gathered {
             validate: Ok("template.yaml is a valid SAM Template".into()),
             package: Ok(package),
             settings: Some(Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None }),
             emulated: Some(Ok(emulated)),
             expected: Some(Ok(expected)),
-            sam_build: Some(Ok((
-                PathBuf::from(".aws-sam/build/FraudScoreFunction/bootstrap"),
-                sha,
-            ))),
+            sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
         }
     }
 
     #[test]
     fn a_clean_run_passes_every_step_and_reports_its_figures() {
-        let j = judge(gathered(false));
+        let j = judge(&gathered(false), false, 175.0);
         let failed: Vec<_> = j.steps.iter().filter(|s| !s.ok).collect();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(j.steps.len(), 10);
         assert_eq!(
-            figures(&j, false, 175.0),
+            j.figures,
             "10/10 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
              cold first invocation 16.7 ms (INIT REPORT 14.20 ms); warm Duration p50 0.50 ms p99 0.90 ms; \
              package 44.0 MB zipped, 92.0 MB unzipped; sam build sha256 = tested (198e69c5fa0e); 175 s"
@@ -434,20 +353,18 @@ mod tests {
 
     #[test]
     fn a_wrong_answer_or_another_binary_fails_its_step() {
-        let j = judge(gathered(true));
+        let j = judge(&gathered(true), false, 1.0);
         let replay = j.steps.iter().find(|s| s.name == "replay").unwrap();
-        assert!(
-            !replay.ok && replay.result.contains("1 mismatches; first: entry 13: got 200"),
-            "{replay:?}"
-        );
+        let shown = replay.result.contains("1 mismatches; first: entry 13: got 200");
+        assert!(!replay.ok && shown, "{replay:?}");
         let mut g = gathered(false);
         g.sam_build = Some(Ok((PathBuf::from("b"), "0".repeat(64))));
-        let j = judge(g);
+        let j = judge(&g, false, 1.0);
         assert!(!j.steps.last().unwrap().ok);
-        assert!(figures(&j, false, 1.0)
-            .contains("sam build sha256 000000000000 != tested 198e69c5fa0e"));
+        assert!(j.figures.contains("sam build sha256 000000000000 != tested 198e69c5fa0e"));
         let mut g = gathered(false);
         g.sam_build = None;
-        assert!(figures(&judge(g), true, 1.0).contains("sam build LEFT OUT (--no-sam-build)"));
+        assert!(judge(&g, true, 1.0).figures.contains("sam build LEFT OUT (--no-sam-build)"));
+        assert!(judge(&g, false, 1.0).figures.contains("sam build failed"));
     }
 }

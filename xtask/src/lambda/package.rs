@@ -1,18 +1,11 @@
-//! The one build of the Lambda binary, used by the emulator tests and (through the Makefile) by
-//! `sam build`: `cargo build --release --target x86_64-unknown-linux-gnu -p function --features
-//! lambda --bin bootstrap` with static glibc and no symbols, then the package Lambda wants
-//! (`bootstrap` alone, zipped) in `<target>/lambda-package/`.
-//!
-//! - Static: provided.al2023 has glibc 2.34, older than many build hosts; a static binary needs
-//!   nothing from the image. The flags are pinned here (`RUSTFLAGS` from the environment is
-//!   replaced), and the result is checked: an x86-64 ELF with no program interpreter.
-//! - With an explicit `--target`, only the target crates get the flags, so build scripts and
-//!   their dependencies are shared with the workspace build.
-//! - The index: the artifact the workspace release build already packed is reused
-//!   (`FRAUD_INDEX_ARTIFACT_IN`; build.rs checks it in full before embedding) instead of packing
-//!   3M references again. The copy keeps a fixed path and the source's mtime, so build.rs reruns
-//!   only when the content changes. `LAMBDA_PACK_INDEX=1`, an artifact older than the packer's
-//!   sources, or a build that fails with the reused artifact pack from the references instead.
+//! The one build of the Lambda binary, for the emulator tests and (through the Makefile) for
+//! `sam build`: `bootstrap` for x86-64 with static glibc (provided.al2023's is older than many
+//! build hosts) and no symbols, checked to have no program interpreter, alone in a zip, in
+//! `<target>/lambda-package/`. The flags are pinned (`RUSTFLAGS` replaced; with `--target`
+//! build scripts do not get them). The index the workspace release build packed is reused
+//! (`FRAUD_INDEX_ARTIFACT_IN`, checked in full by build.rs) from a fixed path with the source's
+//! mtime, so build.rs reruns only when it changes; `LAMBDA_PACK_INDEX=1`, an artifact older than
+//! the packer's sources, or a failed build with it pack from the references instead.
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};
@@ -26,7 +19,6 @@ pub const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
 pub const LIMIT_UNZIPPED: u64 = 250 << 20;
 
-/// The tested package.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Package {
     /// The directory the emulator runs (holds `bootstrap` only).
@@ -58,7 +50,6 @@ fn built_dir() -> PathBuf {
     util::target_dir().join(TRIPLE).join("release")
 }
 
-/// Builds the bootstrap and its package.
 pub fn build() -> Result<Package> {
     let reused = reusable_index()?;
     if util::run(&cargo(reused.as_deref())).is_err() {
@@ -66,12 +57,11 @@ pub fn build() -> Result<Package> {
         log!("build failed with the reused index artifact; packing from the references");
         util::run(&cargo(None))?;
     }
-    let artifact = match reused {
-        Some(a) => a,
-        None => util::newest_index_artifact(&built_dir().join("build"))
-            .context("the build packed no index artifact")?,
+    let packed = || {
+        util::newest_index_artifact(&built_dir().join("build"))
+            .context("the build packed no index artifact")
     };
-    assemble(artifact)
+    assemble(reused.map_or_else(packed, Ok)?)
 }
 
 /// The package of the last build, as it is (`--skip-build`).
@@ -87,8 +77,9 @@ pub fn existing() -> Result<Package> {
 }
 
 fn cargo(index: Option<&Path>) -> duct::Expression {
-    let args = ["build", "--release", "--target", TRIPLE, "-p", "function", "--features", "lambda"];
-    let e = duct::cmd("cargo", args.into_iter().chain(["--bin", "bootstrap"])).dir(util::root());
+    let args =
+        format!("build --release --target {TRIPLE} -p function --features lambda --bin bootstrap");
+    let e = duct::cmd("cargo", args.split(' ')).dir(util::root());
     let e = e.env_remove("CARGO_ENCODED_RUSTFLAGS").env("RUSTFLAGS", RUSTFLAGS);
     match index {
         Some(a) => e.env("FRAUD_INDEX_ARTIFACT_IN", a),
@@ -135,9 +126,9 @@ fn reusable_index() -> Result<Option<PathBuf>> {
     // An artifact older than the packer's sources may be in an older format.
     let packed = std::fs::metadata(&artifact)?.modified()?;
     let root = util::root();
-    let sources =
-        newest_rs(&root.join("index-pack"))?.max(newest_rs(&root.join("function/build.rs"))?);
-    if sources > packed {
+    if newest_rs(&root.join("index-pack"))?.max(newest_rs(&root.join("function/build.rs"))?)
+        > packed
+    {
         log!("not reusing {}: index-pack changed since", artifact.display());
         return Ok(None);
     }

@@ -1,14 +1,11 @@
-//! The SAM side: AWS SAM CLI in a Python venv (`LAMBDA_VENV`, default `~/.cache/lambda-venv`,
-//! installed from PyPI when missing; it brings `sam` with cfn-lint, and AWS's Runtime Interface
-//! Emulator `aws-lambda-rie-x86_64`, which runs a bootstrap without Docker), template.yaml's
-//! parameter defaults (what the emulator runs with), `sam validate --lint` and `sam build`
-//! (BuildMethod makefile: the Makefile runs `cargo xtask lambda build`, see [`super::package`]).
-//! The Debian packages around it (python3-venv; busybox-static for `sam-local`) come from
-//! scripts/setup.sh, the one place that installs system packages.
+//! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, default `~/.cache/lambda-venv`, installed from
+//! PyPI when missing; it brings cfn-lint and the emulator `aws-lambda-rie-x86_64`), template.yaml's
+//! parameter defaults, `sam validate --lint` and `sam build` (the Makefile runs `lambda build`).
 
+use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};
-use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use anyhow::{bail, ensure, Context, Result};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -27,21 +24,18 @@ pub struct Tools {
 impl Tools {
     /// Installs SAM CLI into the venv unless it is there, and finds the emulator inside it.
     pub fn ensure() -> Result<Tools> {
-        let venv = match std::env::var_os("LAMBDA_VENV") {
-            Some(v) => PathBuf::from(v),
-            None => Path::new(&std::env::var_os("HOME").unwrap_or("/root".into()))
-                .join(".cache/lambda-venv"),
-        };
+        let home = std::env::var_os("HOME").unwrap_or("/root".into());
+        let home = || Path::new(&home).join(".cache/lambda-venv");
+        let venv = std::env::var_os("LAMBDA_VENV").map_or_else(home, PathBuf::from);
         let sam = venv.join("bin/sam");
         if !sam.exists() {
             log!("installing {SAM_CLI} into {}", venv.display());
             let _ = std::fs::remove_dir_all(&venv);
-            util::run(&cmd!("python3", "-m", "venv", &venv)).context(
-                "python3 cannot create a venv: run scripts/setup.sh (it installs python3-venv)",
-            )?;
-            let pip =
-                cmd!(venv.join("bin/pip"), "install", "-q", "--disable-pip-version-check", SAM_CLI);
-            util::run(&pip)?;
+            let why =
+                "python3 cannot create a venv: run scripts/setup.sh (it installs python3-venv)";
+            util::run(&cmd!("python3", "-m", "venv", &venv)).context(why)?;
+            let pip = "install -q --disable-pip-version-check".split(' ').chain([SAM_CLI]);
+            util::run(&duct::cmd(venv.join("bin/pip"), pip).dir(root()))?;
         }
         let rie = find_rie(&venv)?;
         use std::os::unix::fs::PermissionsExt;
@@ -68,9 +62,7 @@ impl Tools {
     pub fn build(&self) -> Result<PathBuf> {
         util::run(&self.sam(&["build", "--template", "template.yaml"]))?;
         let built = root().join(".aws-sam/build").join(FUNCTION).join("bootstrap");
-        if !built.exists() {
-            bail!("sam build left no {}", built.display());
-        }
+        ensure!(built.exists(), "sam build left no {}", built.display());
         Ok(built)
     }
 }
@@ -90,30 +82,20 @@ fn find_rie(venv: &Path) -> Result<PathBuf> {
     )
 }
 
-#[derive(Deserialize)]
-struct Template {
-    #[serde(rename = "Parameters")]
-    parameters: BTreeMap<String, Parameter>,
-}
-
-#[derive(Deserialize)]
-struct Parameter {
-    #[serde(rename = "Default")]
-    default: Option<yaml_serde::Value>,
-}
-
-/// The template's defaults that the emulator reproduces.
-#[derive(Clone, Debug, Serialize)]
-pub struct Defaults {
-    pub memory_mb: u32,
-    pub timeout_s: u32,
-    pub prefault: bool,
-}
-
-/// Reads template.yaml's parameter defaults.
-pub fn defaults() -> Result<Defaults> {
-    let text = std::fs::read_to_string(root().join("template.yaml"))?;
-    let t: Template = yaml_serde::from_str(&text).context("template.yaml")?;
+/// template.yaml's parameter defaults that the emulator reproduces (memory, timeout, prefault).
+pub fn defaults() -> Result<Settings> {
+    #[derive(Deserialize)]
+    struct Template {
+        #[serde(rename = "Parameters")]
+        parameters: BTreeMap<String, Parameter>,
+    }
+    #[derive(Deserialize)]
+    struct Parameter {
+        #[serde(rename = "Default")]
+        default: Option<yaml_serde::Value>,
+    }
+    let t: Template = yaml_serde::from_str(&std::fs::read_to_string(root().join("template.yaml"))?)
+        .context("template.yaml")?;
     let get = |name: &str| -> Result<String> {
         let v = t.parameters.get(name).and_then(|p| p.default.clone());
         Ok(match v.with_context(|| format!("template.yaml: no default for parameter {name}"))? {
@@ -121,10 +103,11 @@ pub fn defaults() -> Result<Defaults> {
             other => yaml_serde::to_string(&other)?.trim().to_string(),
         })
     };
-    Ok(Defaults {
+    Ok(Settings {
         memory_mb: get("FunctionMemoryMB")?.parse()?,
         timeout_s: get("FunctionTimeoutSeconds")?.parse()?,
         prefault: get("PrefaultIndex")? == "1",
+        cpus: None,
     })
 }
 
@@ -133,16 +116,9 @@ mod tests {
     use super::*;
     use yaml_serde::Value;
 
-    #[test]
-    fn template_defaults_are_read_despite_intrinsic_tags() {
-        let d = defaults().unwrap();
-        assert!(d.memory_mb >= 128 && d.timeout_s >= 1, "{d:?}");
-    }
-
-    fn resources() -> yaml_serde::Mapping {
-        let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
-        let t: Value = yaml_serde::from_str(&text).unwrap();
-        t["Resources"].as_mapping().unwrap().clone()
+    fn template() -> Value {
+        yaml_serde::from_str(&std::fs::read_to_string(root().join("template.yaml")).unwrap())
+            .unwrap()
     }
 
     fn text(v: &Value) -> String {
@@ -150,16 +126,22 @@ mod tests {
     }
 
     #[test]
+    fn template_defaults_are_read_despite_intrinsic_tags() {
+        let d = defaults().unwrap();
+        assert!(d.memory_mb >= 128 && d.timeout_s >= 1 && d.cpus.is_none(), "{d:?}");
+    }
+
+    #[test]
     fn the_role_may_only_write_its_own_log_streams() {
-        let r = resources();
+        let t = template();
+        let r = t["Resources"].as_mapping().unwrap();
         let roles: Vec<_> = r.iter().filter(|(_, v)| v["Type"] == "AWS::IAM::Role").collect();
         assert_eq!(roles.len(), 1);
         let role = &roles[0].1["Properties"];
         assert!(role.get("ManagedPolicyArns").is_none());
         let policies = role["Policies"].as_sequence().unwrap();
-        assert_eq!(policies.len(), 1);
         let statements = policies[0]["PolicyDocument"]["Statement"].as_sequence().unwrap();
-        assert_eq!(statements.len(), 1);
+        assert_eq!((policies.len(), statements.len()), (1, 1));
         let s = &statements[0];
         assert_eq!(s["Effect"], "Allow");
         let actions: Vec<&str> =
@@ -176,22 +158,15 @@ mod tests {
 
     #[test]
     fn one_bounded_public_endpoint_by_default() {
-        let text_of = |v: &Value| text(v);
-        let template: Value =
-            yaml_serde::from_str(&std::fs::read_to_string(root().join("template.yaml")).unwrap())
-                .unwrap();
-        let params = &template["Parameters"];
-        assert_eq!(params["EnableHttpApi"]["Default"], "false");
-        assert_eq!(params["EnableAlarms"]["Default"], "false");
+        let t = template();
+        let (params, r) = (&t["Parameters"], t["Resources"].as_mapping().unwrap());
+        assert!(
+            params["EnableHttpApi"]["Default"] == "false"
+                && params["EnableAlarms"]["Default"] == "false"
+        );
         let reserved = params["ReservedConcurrency"]["Default"].as_u64().unwrap();
         assert!((1..=10).contains(&reserved), "{reserved}");
-        let r = resources();
-        let conditional = |cond: &str| {
-            r.iter()
-                .filter(|(_, v)| v["Condition"] == cond)
-                .map(|(k, _)| k.as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
-        };
+        let conditional = |cond: &str| r.iter().filter(|(_, v)| v["Condition"] == cond).count();
         // Everything that makes a second endpoint or invokes the function from elsewhere is
         // behind a condition; the Function URL is the only unconditional endpoint.
         for (_, v) in r.iter() {
@@ -200,17 +175,18 @@ mod tests {
                 assert!(v.get("Condition").is_some(), "{v:?}");
             }
         }
-        assert_eq!(conditional("WithHttpApi").len(), 6);
-        assert_eq!(conditional("WithAlarms").len(), 3);
-        assert_eq!(conditional("PublicUrl").len(), 2);
+        assert_eq!(
+            [conditional("WithHttpApi"), conditional("WithAlarms"), conditional("PublicUrl")],
+            [6, 3, 2]
+        );
         let urls: Vec<_> = r.iter().filter(|(_, v)| v["Type"] == "AWS::Lambda::Url").collect();
         assert_eq!(urls.len(), 1);
-        assert!(text_of(&urls[0].1["Properties"]["AuthType"]).contains("FunctionUrlAuthType"));
+        assert!(text(&urls[0].1["Properties"]["AuthType"]).contains("FunctionUrlAuthType"));
         let function = &r[FUNCTION]["Properties"];
         assert!(function.get("Events").is_none() && function.get("FunctionUrlConfig").is_none());
-        assert!(text_of(&function["ReservedConcurrentExecutions"]).contains("ReservedConcurrency"));
+        assert!(text(&function["ReservedConcurrentExecutions"]).contains("ReservedConcurrency"));
         let stage = &r["FraudScoreHttpApiStage"]["Properties"]["DefaultRouteSettings"];
-        assert!(text_of(&stage["ThrottlingBurstLimit"]).contains("HttpApiThrottlingBurstLimit"));
-        assert!(text_of(&stage["ThrottlingRateLimit"]).contains("HttpApiThrottlingRateLimit"));
+        assert!(text(&stage["ThrottlingBurstLimit"]).contains("HttpApiThrottlingBurstLimit"));
+        assert!(text(&stage["ThrottlingRateLimit"]).contains("HttpApiThrottlingRateLimit"));
     }
 }

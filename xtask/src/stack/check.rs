@@ -1,72 +1,15 @@
-//! The contest rules and least privilege, checked on `docker-compose config` (the files as
-//! compose resolves them, parsed as YAML) and, on a running stack, on what Docker applied
-//! (`docker inspect`) and what the kernel says of each container's main process (/proc).
-//!
-//! Rules: a balancer (`haproxy`) and at least two APIs; CPU and memory limits on every service,
-//! summing to at most 1 CPU and 350 MB; bridge networks only; no host networking or privileges;
-//! only the balancer publishes a port, 9999. Least privilege (docs/RESILIENCE.md): a fixed
-//! non-root `user`, `read_only: true`, `cap_drop: [ALL]` without `cap_add`,
-//! `no-new-privileges:true`. haproxy.cfg: `mode tcp`, `balance roundrobin`, no request logic.
+//! The contest rules and least privilege (docs/RESILIENCE.md), on `docker-compose config` and, on a
+//! running stack, on what Docker applied (`docker inspect`) and what the kernel says of each
+//! container's main process (/proc): a `haproxy` balancer and two APIs; CPU and memory limits
+//! summing to at most 1 CPU and 350 MB; bridge networks; only the balancer publishes, on 9999; a
+//! fixed non-root user, `read_only`, `cap_drop: [ALL]`, `no-new-privileges`; haproxy.cfg in mode
+//! tcp, round robin, with no request logic.
 
 use super::compose::{inspect, Compose};
 use crate::util::{log, root};
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::Serialize;
 use yaml_serde::Value;
-
-#[derive(Deserialize)]
-struct File {
-    services: BTreeMap<String, Service>,
-    #[serde(default)]
-    networks: BTreeMap<String, Option<Network>>,
-}
-
-#[derive(Deserialize)]
-struct Network {
-    driver: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Service {
-    image: String,
-    deploy: Option<Deploy>,
-    network_mode: Option<String>,
-    #[serde(default)]
-    privileged: bool,
-    #[serde(default)]
-    ports: Vec<Port>,
-    user: Option<Value>,
-    #[serde(default)]
-    read_only: bool,
-    #[serde(default)]
-    cap_drop: Vec<String>,
-    #[serde(default)]
-    cap_add: Vec<String>,
-    #[serde(default)]
-    security_opt: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Deploy {
-    resources: Option<Resources>,
-}
-
-#[derive(Deserialize)]
-struct Resources {
-    limits: Option<Limits>,
-}
-
-#[derive(Deserialize)]
-struct Limits {
-    cpus: Option<Value>,
-    memory: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct Port {
-    published: Value,
-}
 
 /// What the check found: one line per service, and every problem.
 #[derive(Debug, Default, Serialize)]
@@ -77,6 +20,7 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
+/// A YAML scalar as text (empty for anything else, and for a missing key).
 fn scalar(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -101,70 +45,72 @@ fn memory_mb(s: &str) -> Option<f64> {
 
 fn fixed_non_root(user: &str) -> bool {
     let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p != "0";
-    match user.split_once(':') {
-        Some((u, g)) => ok(u) && ok(g),
-        None => ok(user),
-    }
+    user.split_once(':').map_or_else(|| ok(user), |(u, g)| ok(u) && ok(g))
 }
 
 /// The rules on a compose configuration (YAML as `docker-compose config` prints it).
 pub fn rules(yaml: &str) -> Result<Report> {
-    let f: File = yaml_serde::from_str(yaml).context("parsing docker-compose config")?;
+    let f: Value = yaml_serde::from_str(yaml).context("parsing docker-compose config")?;
+    let services = f["services"].as_mapping().context("docker-compose config has no services")?;
     let mut r = Report::default();
-    for (name, s) in &f.services {
-        let lim =
-            s.deploy.as_ref().and_then(|d| d.resources.as_ref()).and_then(|r| r.limits.as_ref());
-        let cpus = lim.and_then(|l| l.cpus.as_ref()).map(scalar);
-        let mem = lim.and_then(|l| l.memory.as_ref()).map(scalar);
-        let (Some(cpus), Some(mem)) = (cpus, mem) else {
-            r.problems.push(format!("{name}: no deploy.resources.limits cpus + memory"));
+    for (name, s) in services {
+        let name = scalar(name);
+        let list =
+            |k: &str| s[k].as_sequence().into_iter().flatten().map(scalar).collect::<Vec<_>>();
+        let mut problem = |p: &str| r.problems.push(format!("{name}: {p}"));
+        let limits = &s["deploy"]["resources"]["limits"];
+        let (cpus, mem) = (scalar(&limits["cpus"]), scalar(&limits["memory"]));
+        if cpus.is_empty() || mem.is_empty() {
+            problem("no deploy.resources.limits cpus + memory");
             continue;
-        };
-        match (cpus.parse::<f64>(), memory_mb(&mem)) {
-            (Ok(c), Some(m)) => {
-                r.cpus += c;
-                r.memory_mb += m;
-            }
-            _ => r.problems.push(format!("{name}: unreadable limits {cpus} / {mem}")),
         }
-        if s.network_mode.is_some() || s.privileged {
-            r.problems.push(format!("{name}: network_mode or privileged set"));
+        let limits = cpus.parse::<f64>().ok().zip(memory_mb(&mem));
+        if limits.is_none() {
+            problem(&format!("unreadable limits {cpus} / {mem}"));
         }
-        for p in &s.ports {
-            if name != "haproxy" || scalar(&p.published) != "9999" {
-                r.problems.push(format!("{name}: publishes port {}", scalar(&p.published)));
-            }
+        if !s["network_mode"].is_null() || s["privileged"] == true {
+            problem("network_mode or privileged set");
         }
-        let user = s.user.as_ref().map(scalar).unwrap_or_default();
-        if !fixed_non_root(&user) {
-            r.problems.push(format!("{name}: user {user:?} is not a fixed non-root uid[:gid]"));
-        }
-        if !s.read_only {
-            r.problems.push(format!("{name}: read_only is not true"));
-        }
-        if s.cap_drop.iter().map(|c| c.to_uppercase()).collect::<Vec<_>>() != ["ALL"]
-            || !s.cap_add.is_empty()
+        for port in s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]))
         {
-            r.problems.push(format!("{name}: cap_drop is not [ALL] (or cap_add is set)"));
+            if name != "haproxy" || port != "9999" {
+                problem(&format!("publishes port {port}"));
+            }
         }
-        if !s.security_opt.iter().any(|o| o == "no-new-privileges:true") {
-            r.problems.push(format!("{name}: security_opt lacks no-new-privileges:true"));
+        let user = scalar(&s["user"]);
+        if !fixed_non_root(&user) {
+            problem(&format!("user {user:?} is not a fixed non-root uid[:gid]"));
         }
-        r.services.push(format!(
-            "{name}: image {} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL",
-            s.image
-        ));
+        if s["read_only"] != true {
+            problem("read_only is not true");
+        }
+        if list("cap_drop").iter().map(|c| c.to_uppercase()).collect::<Vec<_>>() != ["ALL"]
+            || !list("cap_add").is_empty()
+        {
+            problem("cap_drop is not [ALL] (or cap_add is set)");
+        }
+        if !list("security_opt").iter().any(|o| o == "no-new-privileges:true") {
+            problem("security_opt lacks no-new-privileges:true");
+        }
+        let (c, m) = limits.unwrap_or_default();
+        (r.cpus, r.memory_mb) = (r.cpus + c, r.memory_mb + m);
+        let image = scalar(&s["image"]);
+        let line = format!(
+            "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
+        );
+        r.services.push(line);
     }
-    if !f.services.contains_key("haproxy") {
+    let names: Vec<String> = services.keys().map(scalar).collect();
+    if !names.iter().any(|n| n == "haproxy") {
         r.problems.push("no haproxy balancer".into());
     }
-    if f.services.keys().filter(|n| n.starts_with("api")).count() < 2 {
+    if names.iter().filter(|n| n.starts_with("api")).count() < 2 {
         r.problems.push("fewer than two APIs".into());
     }
-    for (n, net) in &f.networks {
-        let driver = net.as_ref().and_then(|n| n.driver.as_deref());
-        if driver.unwrap_or("bridge") != "bridge" {
-            r.problems.push(format!("network {n} is not bridge"));
+    for (n, net) in f["networks"].as_mapping().into_iter().flatten() {
+        let driver = scalar(&net["driver"]);
+        if !driver.is_empty() && driver != "bridge" {
+            r.problems.push(format!("network {} is not bridge", scalar(n)));
         }
     }
     if r.cpus > 1.0 + 1e-9 {
@@ -193,48 +139,38 @@ pub fn haproxy_cfg(text: &str) -> Vec<String> {
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let h = &i.host_config;
-    let mut problems = Vec::new();
+    let (h, pid, mut problems) = (&i.host_config, i.state.pid, Vec::new());
     let caps = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
+    let (drop, add, opts) = (caps(&h.cap_drop), caps(&h.cap_add), caps(&h.security_opt));
     if h.privileged
         || !h.readonly_rootfs
-        || caps(&h.cap_drop) != ["ALL"]
-        || !caps(&h.cap_add).is_empty()
-        || caps(&h.security_opt) != ["no-new-privileges:true"]
+        || drop != ["ALL"]
+        || !add.is_empty()
+        || opts != ["no-new-privileges:true"]
         || h.network_mode != network
     {
         problems.push(format!("{service}: docker inspect shows {h:?}"));
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", i.state.pid))
-        .with_context(|| format!("reading /proc/{}/status of {service}", i.state.pid))?;
-    let field = |k: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(k))
-            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
-            .unwrap_or_default()
+    let proc = |f: &str| {
+        let path = format!("/proc/{pid}/{f}");
+        std::fs::read_to_string(&path).with_context(|| format!("reading {path} of {service}"))
     };
-    let mountinfo = std::fs::read_to_string(format!("/proc/{}/mountinfo", i.state.pid))?;
+    let (status, mounts) = (proc("status")?, proc("mountinfo")?);
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)?.split_whitespace().next());
+    let field = |k: &str| field(k).unwrap_or("").to_string();
     // Field 5 is the mount point, field 6 its options; the last mount on / is the root.
-    let root_ro = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(4) == Some(&"/")).then(|| f.get(5).map(|o| o.starts_with("ro")))?
-        })
-        .next_back()
-        .unwrap_or(false);
-    let (uid, eff, bnd, nnp) =
-        (field("Uid:"), field("CapEff:"), field("CapBnd:"), field("NoNewPrivs:"));
+    let mut fields = mounts.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let root = fields.rfind(|f| f.get(4) == Some(&"/"));
+    let root_ro = root.is_some_and(|f| f.get(5).is_some_and(|o| o.starts_with("ro")));
+    let [uid, eff, bnd, nnp] = ["Uid:", "CapEff:", "CapBnd:", "NoNewPrivs:"].map(field);
     let zero = "0000000000000000";
+    let caps = format!("CapEff {eff} CapBnd {bnd} NoNewPrivs {nnp} root ro {root_ro}");
     if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
-        problems.push(format!(
-            "{service}: process uid {uid} CapEff {eff} CapBnd {bnd} NoNewPrivs {nnp} root ro {root_ro}"
-        ));
+        problems.push(format!("{service}: process uid {uid} {caps}"));
     }
+    let (cpus, memory, user) = (h.nano_cpus, h.memory, &i.config.user);
     let line = format!(
-        "{service}: NanoCpus {} Memory {} User {} pid {}: Uid {uid} CapEff {eff} CapBnd {bnd} NoNewPrivs {nnp} root ro {root_ro}",
-        h.nano_cpus, h.memory, i.config.user, i.state.pid
+        "{service}: NanoCpus {cpus} Memory {memory} User {user} pid {pid}: Uid {uid} {caps}"
     );
     Ok((line, problems))
 }
@@ -242,8 +178,8 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
 /// The whole check on `compose`; with `running`, also the running containers.
 pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
     let mut r = rules(&compose.config()?)?;
-    let cfg = root().join("docker/haproxy/haproxy.cfg");
-    r.problems.extend(haproxy_cfg(&std::fs::read_to_string(&cfg)?));
+    r.problems
+        .extend(haproxy_cfg(&std::fs::read_to_string(root().join("docker/haproxy/haproxy.cfg"))?));
     if running_too {
         let network = format!("{}_stack", compose.project);
         for svc in compose.services()? {
@@ -289,47 +225,38 @@ services:
 "#;
 
     #[test]
-    fn the_contest_layout_passes() {
+    fn the_contest_layout_passes_and_each_breach_is_named() {
         let r = rules(GOOD).unwrap();
         assert!(r.problems.is_empty(), "{:?}", r.problems);
-        assert!((r.cpus - 1.0).abs() < 1e-9);
-        assert!((r.memory_mb - 350.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn each_breach_is_named() {
-        let bad = GOOD
-            .replace("memory: 50M", "memory: 60M")
-            .replace("user: \"99:99\"", "user: \"0\"")
-            .replace(
-                "ports: [{published: 9999",
-                "cap_add: [NET_ADMIN]\n    ports: [{published: 8080",
-            );
-        let r = rules(&bad).unwrap();
-        let all = r.problems.join("\n");
-        assert!(all.contains("memory sum 360 MB > 350"), "{all}");
-        assert!(all.contains("haproxy: user \"0\""), "{all}");
-        assert!(all.contains("cap_add"), "{all}");
-        assert!(all.contains("publishes port 8080"), "{all}");
+        assert!((r.cpus - 1.0).abs() < 1e-9 && (r.memory_mb - 350.0).abs() < 1e-9);
+        let bad =
+            GOOD.replace("memory: 50M", "memory: 60M").replace(r#"user: "99:99""#, r#"user: "0""#);
+        let bad = bad.replace(
+            "ports: [{published: 9999",
+            "cap_add: [NET_ADMIN]\n    ports: [{published: 8080",
+        );
+        let all = rules(&bad).unwrap().problems.join("\n");
+        for want in
+            ["memory sum 360 MB > 350", r#"haproxy: user "0""#, "cap_add", "publishes port 8080"]
+        {
+            assert!(all.contains(want), "{want}: {all}");
+        }
         let no_ro = GOOD.replace("read_only: true\n    cap_drop: [ALL]\n    security_opt: [no-new-privileges:true]\n    ports", "ports");
         assert!(rules(&no_ro).unwrap().problems.len() >= 3);
+        let lone =
+            "services:\n  api1: {image: x, network_mode: host}\nnetworks: {n: {driver: overlay}}\n";
+        let p = rules(lone).unwrap().problems.join("; ");
+        let want = "api1: no deploy.resources.limits cpus + memory; no haproxy balancer; ";
+        assert_eq!(p, format!("{want}fewer than two APIs; network n is not bridge"));
     }
 
     #[test]
-    fn memory_units() {
-        assert_eq!(memory_mb("150M"), Some(150.0));
-        assert_eq!(memory_mb("1g"), Some(1024.0));
-        assert_eq!(memory_mb("52428800"), Some(50.0));
-        assert!(
-            fixed_non_root("65534:65534") && !fixed_non_root("0:0") && !fixed_non_root("nobody")
-        );
-    }
-
-    #[test]
-    fn the_balancer_has_no_request_logic() {
-        assert!(
-            haproxy_cfg("defaults\n    mode tcp\nbackend b\n    balance roundrobin\n").is_empty()
-        );
+    fn memory_units_users_and_the_balancer() {
+        let mb = ["150M", "1g", "52428800", "x"].map(memory_mb);
+        assert_eq!(mb, [Some(150.0), Some(1024.0), Some(50.0), None]);
+        assert_eq!(["65534:65534", "0:0", "nobody"].map(fixed_non_root), [true, false, false]);
+        let tcp = "defaults\n    mode tcp\nbackend b\n    balance roundrobin\n";
+        assert!(haproxy_cfg(tcp).is_empty());
         let http = "    mode http\n    balance roundrobin\n    http-request return status 200\n";
         assert_eq!(haproxy_cfg(http).len(), 2);
     }

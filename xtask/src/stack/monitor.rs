@@ -1,8 +1,6 @@
-//! A sampler thread that follows a running stack while load is on it: every `interval`, HAProxy's
-//! view of each API server (stats socket), each API's own `/ready` on its Unix socket, optionally
-//! a `/ready` probe through HAProxy on a new connection (so a server back in rotation gets new
-//! sessions even while the load generator keeps its old connections), and each container's memory.
-//! Samples are kept in memory and written as JSON lines.
+//! A sampler thread while load is on the stack: every `interval`, HAProxy's view of each server,
+//! each API's own `/ready`, optionally a `/ready` through HAProxy on a new connection, and each
+//! container's memory; kept in memory and written as JSON lines.
 
 use super::cgroup::Cgroup;
 use super::probe::{haproxy_stat, ready_tcp, ready_unix, Probe, State};
@@ -13,7 +11,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// HAProxy's state of one server.
@@ -29,7 +26,7 @@ pub struct Sample {
     /// Unix time in ms.
     pub t: u64,
     pub servers: BTreeMap<String, Server>,
-    /// Connections open on the backend (all servers).
+    /// Connections open and queued on the backend (all servers), and on the frontend.
     pub backend_scur: Option<u64>,
     pub backend_qcur: Option<u64>,
     pub frontend_scur: Option<u64>,
@@ -48,48 +45,43 @@ pub struct Config {
     pub out: PathBuf,
 }
 
-pub struct Monitor {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<Vec<Sample>>,
-}
-
 /// One sample of the stack as it is now.
-pub fn sample(cfg: &Config) -> Sample {
-    let timeout = Duration::from_millis(300);
+fn sample(cfg: &Config) -> Sample {
     let mut s = Sample { t: util::now_ms(), ..Sample::default() };
     match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
         Ok(rows) => {
             for r in rows {
-                if r.svname == "FRONTEND" {
-                    s.frontend_scur = r.scur.0;
-                } else if r.pxname != "apis" {
-                    continue;
-                } else if r.svname == "BACKEND" {
-                    s.backend_scur = r.scur.0;
-                    s.backend_qcur = r.qcur.0;
-                } else {
-                    s.servers.insert(
-                        r.svname.clone(),
-                        Server { status: r.status, scur: r.scur.or0(), stot: r.stot.or0() },
-                    );
+                match (r.pxname.as_str(), r.svname.as_str()) {
+                    (_, "FRONTEND") => s.frontend_scur = r.scur,
+                    ("apis", "BACKEND") => (s.backend_scur, s.backend_qcur) = (r.scur, r.qcur),
+                    ("apis", name) => {
+                        let server = Server {
+                            status: r.status,
+                            scur: r.scur.unwrap_or(0),
+                            stot: r.stot.unwrap_or(0),
+                        };
+                        s.servers.insert(name.to_string(), server);
+                    }
+                    _ => {}
                 }
             }
         }
         Err(e) => s.haproxy_error = Some(format!("{e:#}")),
     }
     for api in &cfg.apis {
-        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), timeout);
+        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), Duration::from_millis(300));
         s.ready.insert(api.clone(), p);
     }
-    if cfg.probe {
-        s.probe = Some(ready_tcp(9999, Duration::from_millis(500)));
-    }
+    s.probe = cfg.probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
     for (name, cg) in &cfg.memory {
-        if let Some(b) = cg.memory_usage() {
-            s.mem_mb.insert(name.clone(), util::mb(b));
-        }
+        s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
     }
     s
+}
+
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<Sample>>,
 }
 
 impl Monitor {

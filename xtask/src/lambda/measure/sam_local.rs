@@ -1,11 +1,9 @@
-//! `cargo xtask lambda sam-local`: `sam build`, then `sam local invoke` of sample events in
-//! Docker against a stand-in for the Lambda base image, built here from this machine's files (no
-//! registry): `FROM scratch` with busybox-static (the `sh`, `mv` and `chmod` that SAM's derived
-//! image runs) and the glibc runtime libraries (for a dynamically linked bootstrap; ours is
-//! static), laid out by docker/lambda-base/Dockerfile.
+//! `cargo xtask lambda sam-local`: `sam build`, then `sam local invoke` of sample events in Docker
+//! against a stand-in for the Lambda base image built from this machine's files (busybox-static
+//! and the glibc runtime, laid out by docker/lambda-base/Dockerfile; no registry).
 
-use crate::lambda::events::{self, Answer, Case};
-use crate::lambda::sam::{Tools, FUNCTION};
+use super::super::events::{self, Answer, Case};
+use super::super::sam::{Tools, FUNCTION};
 use crate::util::{self, log, ScratchImage};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -37,40 +35,30 @@ struct Invoked {
 pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     let tools = Tools::ensure()?;
-    util::docker_info().context("sam local invoke needs a usable Docker engine")?;
+    util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
     stand_in_image(a.rebuild_image)?;
     let sha = util::sha256_file(&tools.build()?)?;
-    let cases = events::cases()?;
-    let log = util::xtask_dir("lambda")?.join("sam-local.log");
+    let (cases, log) = (events::cases()?, util::xtask_dir("lambda")?.join("sam-local.log"));
     let mut results = Vec::new();
     for event in &a.events {
         let case = (cases.iter().find(|c| &c.event == event))
             .with_context(|| format!("{event} is not in events/expected.tsv"))?;
         let path = events::events_dir().join(event).display().to_string();
-        let args = ["local", "invoke", FUNCTION, "--event", &path, "--skip-pull-image"];
-        let e = tools.sam(&[&args[..], &["--template", ".aws-sam/build/template.yaml"]].concat());
-        let out =
-            util::read(&e.stderr_path(&log)).and_then(|out| Answer::parse(out.trim().as_bytes()));
-        let detail = judge(
-            case,
-            out.map_err(|e| {
-                format!("{e:#}; sam's log: {}", std::fs::read_to_string(&log).unwrap_or_default())
-            }),
-        );
-        let (ok, detail) = match detail {
-            Ok(d) => (true, d),
-            Err(d) => (false, d),
-        };
+        let fixed = "--skip-pull-image --template .aws-sam/build/template.yaml --event";
+        let args: Vec<&str> =
+            ["local", "invoke", FUNCTION].into_iter().chain(fixed.split(' ')).collect();
+        let out = util::read(&tools.sam(&[&args[..], &[&path]].concat()).stderr_path(&log));
+        let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        let out = out.and_then(|out| Answer::parse(out.trim().as_bytes()));
+        let detail = judge(case, out.map_err(|e| format!("{e:#}; sam's log: {}", sam_log())));
+        let (ok, detail) = (detail.is_ok(), detail.unwrap_or_else(|e| e));
         log!("{}: {event}: {detail}", if ok { "ok" } else { "FAILED" });
         results.push(Invoked { event: event.clone(), ok, detail });
     }
-    let passed = results.iter().filter(|r| r.ok).count();
-    let figures = format!(
-        "{passed}/{} events answered as expected by sam local invoke (bootstrap sha256 {sha}), {:.0} s",
-        results.len(),
-        t.elapsed().as_secs_f64()
-    );
-    util::verdict("lambda sam-local", passed == results.len(), &figures, &results)
+    let (passed, n) = (results.iter().filter(|r| r.ok).count(), results.len());
+    let s = t.elapsed().as_secs_f64();
+    let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}), {s:.0} s");
+    util::verdict("lambda sam-local", passed == n, &figures, &results)
 }
 
 /// `status body` of an answer that meets `case`, or why not.
@@ -89,48 +77,23 @@ fn stand_in_image(rebuild: bool) -> Result<()> {
         log!("base image {image} exists (--rebuild-image to rebuild)");
         return Ok(());
     }
+    let setup = "run scripts/setup.sh (it installs busybox-static)";
     let busybox =
         (["/bin/busybox", "/usr/bin/busybox"].into_iter().map(Path::new).find(|p| p.exists()))
-            .context("busybox is missing: run scripts/setup.sh (it installs busybox-static)")?;
-    util::check_static_x86_64(busybox).context(
-        "the stand-in needs a static busybox: run scripts/setup.sh (it installs busybox-static)",
-    )?;
+            .with_context(|| format!("busybox is missing: {setup}"))?;
+    util::check_static_x86_64(busybox)
+        .with_context(|| format!("the stand-in needs a static busybox: {setup}"))?;
     let mut fs = ScratchImage::default();
-    for d in [
-        "usr/bin",
-        "usr/local/bin",
-        "var/task",
-        "var/runtime",
-        "var/rapid",
-        "opt",
-        "dev",
-        "proc",
-        "sys",
-    ] {
+    for d in "usr/bin usr/local/bin var/task var/runtime var/rapid opt dev proc sys".split(' ') {
         fs.dir(d, 0o755);
     }
     fs.dir("tmp", 0o1777).file("bin/busybox", busybox, 0o755).link("usr/lib64", "../lib64");
-    for tool in [
-        "sh", "ash", "mv", "cp", "chmod", "rm", "ls", "cat", "mkdir", "ln", "env", "echo", "sleep",
-        "ps", "kill",
-    ] {
+    for tool in "sh ash mv cp chmod rm ls cat mkdir ln env echo sleep ps kill".split(' ') {
         fs.link(&format!("bin/{tool}"), "busybox");
     }
     // The glibc runtime (AL2023 keeps it in /lib64 = /usr/lib64).
-    let libs = [
-        "ld-linux-x86-64.so.2",
-        "libc.so.6",
-        "libm.so.6",
-        "libgcc_s.so.1",
-        "libpthread.so.0",
-        "libdl.so.2",
-        "librt.so.1",
-    ];
-    for lib in libs {
-        let found = ["/lib/x86_64-linux-gnu", "/lib64"]
-            .iter()
-            .map(|d| Path::new(d).join(lib))
-            .find(|p| p.exists());
+    for lib in "ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libgcc_s.so.1 libpthread.so.0 libdl.so.2 librt.so.1".split(' ') {
+        let found = ["/lib/x86_64-linux-gnu", "/lib64"].iter().map(|d| Path::new(d).join(lib)).find(|p| p.exists());
         if let Some(src) = found {
             fs.file(&format!("lib64/{lib}"), &src, 0o755);
         }
@@ -162,7 +125,7 @@ fn stand_in_image(rebuild: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lambda::events::Expect;
+    use events::Expect;
 
     #[test]
     fn an_answer_is_judged_against_its_case() {
@@ -171,19 +134,19 @@ mod tests {
             status: 200,
             expect: Expect::Json(serde_json::json!({"ready": true})),
         };
-        let answer = |status, body: &str| Answer {
-            status,
-            content_type: Some("application/json".into()),
-            allow: None,
-            body: body.into(),
+        let answer = |status, body: &str| {
+            Ok(Answer {
+                status,
+                content_type: Some("application/json".into()),
+                allow: None,
+                body: body.into(),
+            })
         };
         assert_eq!(
-            judge(&case, Ok(answer(200, r#"{"ready":true}"#))),
+            judge(&case, answer(200, r#"{"ready":true}"#)),
             Ok(r#"200 {"ready":true}"#.into())
         );
-        assert!(judge(&case, Ok(answer(503, r#"{"ready":false}"#)))
-            .unwrap_err()
-            .contains("got 503"));
+        assert!(judge(&case, answer(503, r#"{"ready":false}"#)).unwrap_err().contains("got 503"));
         assert_eq!(judge(&case, Err("no answer".into())), Err("no answer".into()));
     }
 }

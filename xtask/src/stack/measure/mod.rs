@@ -1,37 +1,24 @@
 //! The stack's instrument, which CI does not run: `cargo xtask stack batch`, alternated runs of
-//! several configurations (round after round, so the machine's drift hits them alike), then a
-//! table of every run (p50, p99, score, errors, CPU per request per container = cgroup CPU over
-//! the run / requests), the medians per configuration, and a chart of the per-second offered
-//! rate and p50/p99 ([`plot`]). Written to `<target>/xtask/stack/<time>-batch.{md,svg,json}`;
-//! `--publish` also writes docs/results/<date>-stack-batch[-N].{md,svg} (the first free name).
-//!
-//! The configurations, in each round in this order:
-//! - `--config floor|bound|stack` (repeatable): HAProxy answering by itself
-//!   (docker/compose.floor.yml), the stack with backends that do no work (docker/bound.yml), the
-//!   stack; the batch's `-f` files apply to the last two;
-//! - `--variant NAME=FILE`: the stack with the batch's `-f` files, then FILE, as overrides;
-//! - `--external NAME=FILE`: a whole compose project of its own, e.g. another entry's rebuilt
-//!   by hand outside the repository and run as its author wrote it: the batch's `-f` files do
-//!   not apply, the project is named `fraud<NAME>` and runs from FILE's directory, and its
-//!   images must exist (the harness builds only ours). It must serve on port 9999; readiness is
-//!   asked there only (`GET /ready` 2xx, or `POST /fraud-score` 200 where it has no `/ready`),
-//!   our stack's layout and least-privilege check is skipped (its limit sums are logged), and
-//!   CPU per request is reported for each of its services by name.
-//!
-//! Default (none of the three given): floor, bound, stack. The tables have one CPU column per
-//! service name seen in the batch, and `all`, the sum over a run's containers.
+//! several configurations (round after round, so the machine's drift hits them alike), a table
+//! of every run (p50, p99, score, errors, cgroup CPU per request per container), the medians per
+//! configuration, and a chart of the per-second offered rate and latency ([`plot`]), in
+//! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (with `--publish`, also the first free
+//! docs/results/<date>-stack-batch[-N].{md,svg}). Configurations, in round order: `--config`
+//! floor|bound|stack, `--variant NAME=FILE` (the stack with `-f`, then FILE) and `--external
+//! NAME=FILE`: another compose project (e.g. a peer rebuilt by hand outside the repository), run
+//! as it is from FILE's directory as `fraud<NAME>`, `-f` not applied, ready on port 9999, our
+//! stack check skipped. Default: floor, bound, stack.
 
 mod plot;
 
 use super::compose::Compose;
-use super::k6::Window;
+use super::k6::{self, Window};
 use super::load::{load_run, LoadRun};
-use super::{Common, ShapeArgs};
+use super::{Common, Shape};
 use crate::util::{self, log, median, root};
-use anyhow::{bail, ensure, Result};
+use anyhow::{ensure, Result};
 use plot::Series;
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// The bound: the stack with APIs that answer every request with a constant 200 from the same
@@ -57,7 +44,7 @@ pub struct Args {
     #[arg(long)]
     publish: bool,
     #[command(flatten)]
-    shape: ShapeArgs,
+    shape: Shape,
     #[command(flatten)]
     common: Common,
 }
@@ -82,12 +69,10 @@ struct Named {
 }
 
 fn named(s: &str) -> Result<Named, String> {
-    match s.split_once('=') {
-        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-            Ok(Named { name: name.into(), file: file.into() })
-        }
-        _ => Err(format!("{s:?} is not NAME=FILE")),
-    }
+    let parts = s.split_once('=').filter(|(n, f)| !n.is_empty() && !f.is_empty());
+    parts
+        .map(|(name, file)| Named { name: name.into(), file: file.into() })
+        .ok_or(format!("{s:?} is not NAME=FILE"))
 }
 
 /// One configuration of the batch.
@@ -99,22 +84,24 @@ enum Configuration {
     External(Named),
 }
 
+use Configuration::{External, Variant};
+
 impl Configuration {
     /// Every configuration of the command line, in round order; the default when none.
     fn all(a: &Args) -> Result<Vec<Configuration>> {
-        let mut all: Vec<Configuration> =
-            a.configs.iter().map(|c| Configuration::Ours(*c)).collect();
-        all.extend(a.variants.iter().cloned().map(Configuration::Variant));
-        all.extend(a.externals.iter().cloned().map(Configuration::External));
-        if all.is_empty() {
-            all = [Ours::Floor, Ours::Bound, Ours::Stack].map(Configuration::Ours).into();
-        }
+        let ours = if a.configs.is_empty() && a.variants.is_empty() && a.externals.is_empty() {
+            &[Ours::Floor, Ours::Bound, Ours::Stack][..]
+        } else {
+            &a.configs
+        };
+        let all = ours.iter().map(|c| Configuration::Ours(*c));
+        let all = all.chain(a.variants.iter().cloned().map(Variant));
+        let all: Vec<Configuration> =
+            all.chain(a.externals.iter().cloned().map(External)).collect();
         let mut names: Vec<&str> = all.iter().map(Configuration::name).collect();
         names.sort();
-        ensure!(
-            names.windows(2).all(|w| w[0] != w[1]),
-            "two configurations of one name: {names:?}"
-        );
+        let unique = names.windows(2).all(|w| w[0] != w[1]);
+        ensure!(unique, "two configurations of one name: {names:?}");
         Ok(all)
     }
 
@@ -123,7 +110,7 @@ impl Configuration {
             Configuration::Ours(Ours::Floor) => "floor",
             Configuration::Ours(Ours::Bound) => "bound",
             Configuration::Ours(Ours::Stack) => "stack",
-            Configuration::Variant(n) | Configuration::External(n) => &n.name,
+            Variant(n) | External(n) => &n.name,
         }
     }
 
@@ -131,14 +118,10 @@ impl Configuration {
     fn compose(&self, extra: &[PathBuf]) -> Compose {
         match self {
             Configuration::Ours(Ours::Floor) => Compose::floor(&[]),
-            Configuration::Ours(Ours::Bound) => {
-                Compose::stack(&[extra, &[PathBuf::from(BOUND)]].concat())
-            }
+            Configuration::Ours(Ours::Bound) => Compose::stack(&[extra, &[BOUND.into()]].concat()),
             Configuration::Ours(Ours::Stack) => Compose::stack(extra),
-            Configuration::Variant(n) => {
-                Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat())
-            }
-            Configuration::External(n) => Compose::external(&n.name, &n.file),
+            Variant(n) => Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat()),
+            External(n) => Compose::external(&n.name, &n.file),
         }
     }
 
@@ -147,17 +130,19 @@ impl Configuration {
         match self {
             Configuration::Ours(Ours::Bound) => format!("`bound` (`{BOUND}`)"),
             Configuration::Ours(_) => format!("`{}`", self.name()),
-            Configuration::Variant(n) => format!("`{}` (`{}`)", n.name, n.file.display()),
-            Configuration::External(n) => {
+            Variant(n) => format!("`{}` (`{}`)", n.name, n.file.display()),
+            External(n) => {
+                let (name, file) = (&n.name, n.file.display());
                 format!(
-                    "`{}` (external compose `{}`, run as is; our stack check not applied)",
-                    n.name,
-                    n.file.display()
+                    "`{name}` (external compose `{file}`, run as is; our stack check not applied)"
                 )
             }
         }
     }
 }
+
+/// The column of a run's CPU per request summed over all its containers.
+const ALL: &str = "all";
 
 /// The CPU columns: every service name of the batch's runs, in order of first appearance
 /// (ours: haproxy, api1, api2; an external project's are its own), then `all`.
@@ -172,242 +157,162 @@ fn service_columns(runs: &[LoadRun]) -> Vec<String> {
     names
 }
 
-/// The column of a run's CPU per request summed over all its containers.
-const ALL: &str = "all";
-
 /// Microseconds of CPU per request of `column` (a service, or [`ALL`]) in `r`.
 fn cpu_of(r: &LoadRun, column: &str) -> Option<f64> {
-    if column == ALL {
-        r.containers.iter().map(|c| r.cpu_us_per_request(&c.service)).sum()
-    } else {
-        r.cpu_us_per_request(column)
+    match column {
+        ALL => r.containers.iter().map(|c| r.cpu_us_per_request(&c.service)).sum(),
+        service => r.cpu_us_per_request(service),
     }
-}
-
-fn cpu_cell(v: Option<f64>) -> String {
-    match v {
-        Some(v) if !v.is_nan() => format!("{v:.0}"),
-        _ => "-".into(),
-    }
-}
-
-/// The markdown tables: every run, then the medians per configuration.
-fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
-    let columns = service_columns(runs);
-    let cpu_head = format!("CPU us/request {}", columns.join(" | "));
-    let rule = |n: usize| "|---".repeat(n) + "|\n";
-    let mut t = format!(
-        "| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {cpu_head} |\n{}",
-        rule(10 + columns.len())
-    );
-    for (i, r) in runs.iter().enumerate() {
-        let s = &r.summary;
-        let _ = writeln!(
-            t,
-            "| {} | {} | {}:{}:{} | {} | {} | {:.3} | {:.3} | {:.1} | {} | {} / {} | {} |",
-            i + 1,
-            r.config,
-            &r.started[9..11],
-            &r.started[11..13],
-            &r.started[13..15],
-            r.load_before,
-            s.requests,
-            s.latency_ms.med,
-            s.latency_ms.p99,
-            s.final_score,
-            s.answers.errors,
-            s.answers.fp,
-            s.answers.fn_,
-            columns.iter().map(|c| cpu_cell(cpu_of(r, c))).collect::<Vec<_>>().join(" | ")
-        );
-    }
-    // The reference: the bound (what the stack costs without the scorer) when the batch has it,
-    // else the floor.
-    let reference = ["bound", "floor"]
-        .into_iter()
-        .find(|name| runs_of(runs, name).next().is_some())
-        .unwrap_or("floor");
-    let reference_p99 =
-        median(runs_of(runs, reference).map(|r| r.summary.latency_ms.p99).collect());
-    let _ = write!(
-        t,
-        "\n| configuration | runs | median p50 ms | median p99 ms | p99 / {reference} | median score | median {cpu_head} |\n{}",
-        rule(6 + columns.len())
-    );
-    for c in configs {
-        let rs: Vec<&LoadRun> = runs_of(runs, c.name()).collect();
-        let m =
-            |f: &dyn Fn(&LoadRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
-        let cpu = columns
-            .iter()
-            .map(|c| cpu_cell(Some(m(&|r| cpu_of(r, c)))))
-            .collect::<Vec<_>>()
-            .join(" | ");
-        let p99 = m(&|r| Some(r.summary.latency_ms.p99));
-        let _ = writeln!(
-            t,
-            "| {} | {} | {:.3} | {:.3} | {} | {:.1} | {} |",
-            c.name(),
-            rs.len(),
-            m(&|r| Some(r.summary.latency_ms.med)),
-            p99,
-            if reference_p99.is_nan() {
-                "-".into()
-            } else {
-                format!("{:.2}x", p99 / reference_p99)
-            },
-            m(&|r| Some(r.summary.final_score)),
-            cpu
-        );
-    }
-    t
-}
-
-/// A run's windows but the last, which is partial (requests started in the run's last fraction of
-/// a second).
-fn full(r: &LoadRun) -> &[Window] {
-    &r.summary.windows[..r.summary.windows.len().saturating_sub(1)]
 }
 
 fn runs_of<'a>(runs: &'a [LoadRun], name: &'a str) -> impl Iterator<Item = &'a LoadRun> {
     runs.iter().filter(move |r| r.config == name)
 }
 
-/// Per-second medians over a configuration's runs.
-fn series(c: &Configuration, runs: &[LoadRun]) -> Series {
-    let rs: Vec<&LoadRun> = runs_of(runs, c.name()).collect();
-    let last = rs.iter().flat_map(|r| full(r).iter().map(|w| w.w)).max().unwrap_or(0);
-    let points = (0..=last)
-        .filter_map(|sec| {
-            let ws: Vec<_> =
-                rs.iter().filter_map(|r| full(r).iter().find(|w| w.w == sec)).collect();
-            (!ws.is_empty()).then(|| {
-                let m = |f: &dyn Fn(&Window) -> f64| median(ws.iter().map(|w| f(w)).collect());
-                (sec, m(&|w| w.n as f64), m(&|w| w.p50), m(&|w| w.p99))
-            })
-        })
-        .collect();
-    Series { name: c.name().to_string(), points }
+/// The markdown tables: every run, then the medians per configuration.
+fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
+    let columns = service_columns(runs);
+    let head = format!("CPU us/request {}", columns.join(" | "));
+    let rule = |n: usize| "|---".repeat(n + columns.len()) + "|\n";
+    let cell = |v: Option<f64>| v.filter(|v| !v.is_nan()).map_or("-".into(), |v| format!("{v:.0}"));
+    let cells =
+        |f: &dyn Fn(&str) -> Option<f64>| columns.iter().map(|c| cell(f(c))).collect::<Vec<_>>();
+    let cpu = |f: &dyn Fn(&str) -> Option<f64>| cells(f).join(" | ");
+    let mut t = format!("| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {head} |\n{}", rule(10));
+    for (i, r) in runs.iter().enumerate() {
+        let (s, st, k6::Trend { med, p99 }) = (&r.summary, &r.started, r.summary.latency());
+        let (config, load, n, score, a) =
+            (&r.config, &r.load_before, s.requests, s.final_score, &s.answers);
+        let (errors, fp, fn_, cpu) = (a.errors, a.fp, a.fn_, cpu(&|c| cpu_of(r, c)));
+        let time = format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]);
+        t += &format!("| {} | {config} | {time} | {load} | {n} | {med:.3} | {p99:.3} | {score:.1} | {errors} | {fp} / {fn_} | {cpu} |\n", i + 1);
+    }
+    // The reference: the bound (what the stack costs without the scorer) when the batch has it,
+    // else the floor.
+    let present = |name: &&str| runs_of(runs, name).next().is_some();
+    let reference = ["bound", "floor"].into_iter().find(present).unwrap_or("floor");
+    let reference_p99 = median(runs_of(runs, reference).map(|r| r.summary.latency().p99).collect());
+    t += &format!("\n| configuration | runs | median p50 ms | median p99 ms | p99 / {reference} | median score | median {head} |\n{}", rule(6));
+    for c in configs {
+        let rs: Vec<&LoadRun> = runs_of(runs, c.name()).collect();
+        let m =
+            |f: &dyn Fn(&LoadRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
+        let (med, p99) =
+            (m(&|r| Some(r.summary.latency().med)), m(&|r| Some(r.summary.latency().p99)));
+        let ratio = Some(p99 / reference_p99)
+            .filter(|r| !r.is_nan())
+            .map_or("-".into(), |r| format!("{r:.2}x"));
+        let (name, n, score) = (c.name(), rs.len(), m(&|r| Some(r.summary.final_score)));
+        let cpu = cpu(&|col| Some(m(&|r| cpu_of(r, col))));
+        t += &format!("| {name} | {n} | {med:.3} | {p99:.3} | {ratio} | {score:.1} | {cpu} |\n");
+    }
+    t
 }
 
-#[derive(Serialize)]
-struct Record<'a> {
-    configs: &'a [Configuration],
-    runs: &'a [LoadRun],
-    failed_runs: &'a [String],
+/// Per-second medians over a configuration's runs (each run's last window, partial, left out).
+fn series<'a>(c: &'a Configuration, runs: &'a [LoadRun]) -> Series {
+    let full = |r: &'a LoadRun| &r.summary.windows[..r.summary.windows.len().saturating_sub(1)];
+    let rs: Vec<&[Window]> = runs_of(runs, c.name()).map(full).collect();
+    let last = rs.iter().flat_map(|ws| ws.iter().map(|w| w.w)).max().unwrap_or(0);
+    let point = |sec| {
+        let ws: Vec<&Window> = rs.iter().filter_map(|r| r.iter().find(|w| w.w == sec)).collect();
+        let m = |f: &dyn Fn(&Window) -> f64| median(ws.iter().map(|w| f(w)).collect());
+        (!ws.is_empty()).then(|| (sec, m(&|w| w.n as f64), m(&|w| w.p50), m(&|w| w.p99)))
+    };
+    Series { name: c.name().to_string(), points: (0..=last).filter_map(point).collect() }
 }
 
 pub fn run(a: Args) -> Result<()> {
     let configs = Configuration::all(&a)?;
     let names: Vec<&str> = configs.iter().map(Configuration::name).collect();
-    let shape = a.shape.shape();
     a.common.prepare(true, false)?;
     let load_start = util::loadavg();
     log!("batch: {} rounds of {names:?} (load {load_start})", a.runs);
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
-    for round in 1..=a.runs {
-        for c in &configs {
-            log!("round {round}/{}: {}", a.runs, c.name());
-            match load_run(c.name(), &c.compose(&a.common.overrides), shape, false) {
-                Ok(r) => runs.push(r),
-                Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
-            }
+    for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
+        log!("round {round}/{}: {}", a.runs, c.name());
+        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape, false) {
+            Ok(r) => runs.push(r),
+            Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }
     }
-    if runs.is_empty() {
-        bail!("no run of the batch completed: {failed:?}");
-    }
+    ensure!(!runs.is_empty(), "no run of the batch completed: {failed:?}");
     let stamp = util::stamp();
-    let base = util::xtask_dir("stack")?.join(format!("{stamp}-batch"));
-    let title = format!("Contest stack batch {stamp}: {}", names.join(", "));
-    plot::draw(
-        &base.with_extension("svg"),
-        &title,
-        &configs.iter().map(|c| series(c, &runs)).collect::<Vec<_>>(),
-    )?;
+    let [svg, md_path, json] = ["svg", "md", "json"]
+        .map(|e| util::xtask_dir("stack").map(|d| d.join(format!("{stamp}-batch.{e}"))));
+    let (svg, md_path, json) = (svg?, md_path?, json?);
+    let series: Vec<Series> = configs.iter().map(|c| series(c, &runs)).collect();
+    plot::draw(&svg, &format!("Contest stack batch {stamp}: {}", names.join(", ")), &series)?;
     let table = tables(&configs, &runs);
     println!("{table}");
     // docs/results/<date>-stack-batch[-N]: one pair of files per batch, never overwritten.
-    let results = root().join("docs/results");
-    let date = util::date();
-    let stem = (1..).map(|n| {
-        if n == 1 {
-            format!("{date}-stack-batch")
-        } else {
-            format!("{date}-stack-batch-{n}")
-        }
-    });
-    let stem =
-        stem.into_iter().find(|s| !results.join(format!("{s}.md")).exists()).unwrap_or_default();
+    let (results, date) = (root().join("docs/results"), util::date());
+    let stem = |n: u32| {
+        format!("{date}-stack-batch{}", if n == 1 { String::new() } else { format!("-{n}") })
+    };
+    let free = |s: &String| !results.join(format!("{s}.md")).exists();
+    let stem = (1..).map(stem).find(free).unwrap_or_default();
     let md = markdown(&stamp, &load_start, &configs, &table, &failed, &format!("{stem}.svg"));
-    std::fs::write(base.with_extension("md"), &md)?;
-    let record = Record { configs: &configs, runs: &runs, failed_runs: &failed };
-    std::fs::write(base.with_extension("json"), serde_json::to_string_pretty(&record)? + "\n")?;
+    std::fs::write(&md_path, &md)?;
+    let record = serde_json::json!({"configs": configs, "runs": runs, "failed_runs": failed});
+    util::write_json(&json, &record)?;
     if a.publish {
         std::fs::create_dir_all(&results)?;
         std::fs::write(results.join(format!("{stem}.md")), &md)?;
-        std::fs::copy(base.with_extension("svg"), results.join(format!("{stem}.svg")))?;
+        std::fs::copy(&svg, results.join(format!("{stem}.svg")))?;
         log!("published docs/results/{stem}.md and {stem}.svg");
     }
     let problems = judge(&runs, &failed);
-    let figures =
-        figures(&configs, &runs, &base.with_extension("md").display().to_string(), &problems);
+    let figures = figures(&configs, &runs, &md_path.display().to_string(), &problems);
     util::verdict("stack batch", problems.is_empty(), &figures, &record)
 }
 
 /// The batch's record in Markdown: command, machine, configurations, the tables, the chart.
 fn markdown(
     stamp: &str,
-    load_start: &str,
+    load: &str,
     configs: &[Configuration],
     table: &str,
     failed: &[String],
     svg: &str,
 ) -> String {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let described = configs.iter().map(Configuration::describe).collect::<Vec<_>>().join(", ");
-    let failed = if failed.is_empty() {
-        String::new()
-    } else {
-        format!("Runs that did not complete: {}\n", failed.join("; "))
-    };
+    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
+    let (described, load_end) = (util::list(configs, Configuration::describe), util::loadavg());
+    let failed =
+        failed.first().map(|_| format!("Runs that did not complete: {}\n", failed.join("; ")));
+    let failed = failed.unwrap_or_default();
     format!(
         "# Contest stack batch, {stamp}\n\n\
-         Command: `cargo xtask stack {}`  \n\
-         Machine: 2-core VM, load average {load_start} at the start, {} at the end; k6 1.1.0 on the same machine.  \n\
+         Command: `cargo xtask stack {command}`  \n\
+         Machine: 2-core VM, load average {load} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
          Configurations: {described}.  \n\
          Runs alternate (one of each configuration per round). CPU per request is each container's \
          cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
          run's containers.\n\n\
          {table}\n{failed}\n\
-         ![offered rate and per-second p50/p99 per configuration]({svg})\n",
-        command.split_once(" stack ").map_or("batch", |(_, rest)| rest),
-        util::loadavg(),
+         ![offered rate and per-second p50/p99 per configuration]({svg})\n"
     )
 }
 
 /// The batch's problems: every run's, runs with errors, runs that did not complete.
 fn judge(runs: &[LoadRun], failed: &[String]) -> Vec<String> {
-    let each = runs
-        .iter()
-        .flat_map(|r| r.problems.iter().map(move |p| format!("{} {}: {p}", r.config, r.started)));
-    let errors = runs.iter().filter(|r| r.summary.answers.errors > 0);
+    let each = |r: &LoadRun| {
+        r.problems.iter().map(|p| format!("{} {}: {p}", r.config, r.started)).collect::<Vec<_>>()
+    };
     let errors =
-        errors.map(|r| format!("{} {}: {} errors", r.config, r.started, r.summary.answers.errors));
+        |r: &LoadRun| format!("{} {}: {} errors", r.config, r.started, r.summary.answers.errors);
+    let errors = runs.iter().filter(|r| r.summary.answers.errors > 0).map(errors);
+    let each = runs.iter().flat_map(each);
     each.chain(errors).chain(failed.iter().cloned()).collect()
 }
 
 fn figures(configs: &[Configuration], runs: &[LoadRun], md: &str, problems: &[String]) -> String {
-    let each = configs.iter().map(|c| {
-        let p99 = median(runs_of(runs, c.name()).map(|r| r.summary.latency_ms.p99).collect());
+    let each = util::list(configs, |c| {
+        let p99 = median(runs_of(runs, c.name()).map(|r| r.summary.latency().p99).collect());
         format!("{} p99 median {p99:.3} ms", c.name())
     });
-    format!(
-        "{} ({} runs, {md}){}",
-        each.collect::<Vec<_>>().join(", "),
-        runs.len(),
-        util::problems_suffix(problems)
-    )
+    format!("{each} ({} runs, {md}){}", runs.len(), util::problems_suffix(problems))
 }
 
 #[cfg(test)]
@@ -415,96 +320,70 @@ mod tests {
     use super::*;
     use crate::stack::load::run_of;
 
-    /// The batch's arguments as clap parses them.
-    fn args(line: &str) -> Args {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: Args,
-        }
-        Cli::try_parse_from(["batch"].into_iter().chain(line.split_whitespace())).unwrap().args
-    }
-
-    fn configs(line: &str) -> Vec<Configuration> {
-        Configuration::all(&args(line)).unwrap()
+    fn configs(line: &str) -> Result<Vec<Configuration>> {
+        Configuration::all(&crate::stack::parse(line).unwrap())
     }
 
     #[test]
-    fn ours_by_default_and_in_round_order() {
+    fn the_configurations_of_a_batch() {
         let names =
-            |c: &[Configuration]| c.iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
-        assert_eq!(names(&configs("")), ["floor", "bound", "stack"]);
-        let c = configs("--external peer=/p/compose.yml --config stack --variant one=docker/experiments/cpuset-1.yml");
-        assert_eq!(names(&c), ["stack", "one", "peer"]);
-        let extra = [PathBuf::from("o.yml")];
-        assert_eq!(c[1].compose(&extra).files.len(), 3);
-        let bound = &configs("--config bound")[0];
-        let files = bound.compose(&extra).files;
-        assert!(
-            files.len() == 3 && files[1].ends_with("o.yml") && files[2].ends_with(BOUND),
-            "{files:?}"
+            |line| configs(line).unwrap().iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
+        assert_eq!(names(""), ["floor", "bound", "stack"]);
+        let c = configs(
+            "--external peer=/work/peer/compose.yml --config bound --variant one=x/one.yml",
         );
-        assert_eq!(bound.describe(), "`bound` (`docker/bound.yml`)");
-        assert_eq!(configs("--config floor")[0].compose(&extra).project, "fraudfloor");
-        assert!(Configuration::all(&args("--config stack --variant stack=x.yml")).is_err());
-    }
-
-    #[test]
-    fn an_external_project_is_run_as_it_is() {
-        let c = &configs("--external peer=/work/peer/compose.yml")[0];
-        assert_eq!(
-            c,
-            &Configuration::External(Named {
-                name: "peer".into(),
-                file: "/work/peer/compose.yml".into()
-            })
-        );
-        // The batch's `-f` overrides are ours: they do not reach another project.
-        let compose = c.compose(&[PathBuf::from("docker/experiments/cpuset-1.yml")]);
-        assert_eq!((compose.project.as_str(), compose.files.len()), ("fraudpeer", 1));
-        assert_eq!(
-            (compose.dir, compose.layout),
-            (PathBuf::from("/work/peer"), super::super::compose::Layout::External)
-        );
-        assert!(c.describe().contains("external compose `/work/peer/compose.yml`, run as is"));
+        let c = c.unwrap();
+        let line = "--external peer=/p/c.yml --config stack --variant one=o.yml";
+        assert_eq!(names(line), ["stack", "one", "peer"]);
+        assert!(configs("--config stack --variant stack=x.yml").is_err());
         assert!(named("peer=").is_err() && named("=x.yml").is_err() && named("x.yml").is_err());
+        let extra = [PathBuf::from("o.yml")];
+        let [bound, one, peer] = [0, 1, 2].map(|i| c[i].compose(&extra));
+        let f = &bound.files;
+        assert!(f.len() == 3 && f[1].ends_with("o.yml") && f[2].ends_with(BOUND));
+        assert!(one.files.len() == 3 && one.files[2].ends_with("x/one.yml"));
+        assert_eq!(configs("--config floor").unwrap()[0].compose(&extra).project, "fraudfloor");
+        assert_eq!(
+            [c[0].describe(), c[1].describe()],
+            ["`bound` (`docker/bound.yml`)", "`one` (`x/one.yml`)"]
+        );
+        // An external project is run as it is: the batch's `-f` overrides do not reach it.
+        let (name, file) = ("peer".into(), "/work/peer/compose.yml".into());
+        assert_eq!(c[2], External(Named { name, file }));
+        let got = (peer.project.as_str(), peer.files.len(), peer.dir.to_str());
+        assert_eq!(got, ("fraudpeer", 1, Some("/work/peer")));
+        assert_eq!(peer.layout, super::super::compose::Layout::External);
+        assert!(c[2].describe().contains("external compose `/work/peer/compose.yml`, run as is"));
     }
 
     #[test]
-    fn cpu_columns_follow_the_services_of_each_configuration() {
-        let configs = configs("--config stack --external peer=/p/c.yml");
+    fn tables_problems_and_figures_of_a_batch() {
+        let configs = configs("--config stack --external peer=/p/c.yml").unwrap();
         let runs = [
             run_of("stack", &[("haproxy", 80), ("api1", 40), ("api2", 45)]),
             run_of("peer", &[("api1", 60), ("api2", 70), ("lb", 10)]),
         ];
         assert_eq!(service_columns(&runs), ["haproxy", "api1", "api2", "lb", "all"]);
-        assert_eq!(cpu_of(&runs[1], "haproxy"), None);
-        assert_eq!(cpu_of(&runs[1], "all"), Some(140.0));
+        assert_eq!((cpu_of(&runs[1], "haproxy"), cpu_of(&runs[1], "all")), (None, Some(140.0)));
         let t = tables(&configs, &runs);
-        assert!(t.contains("| CPU us/request haproxy | api1 | api2 | lb | all |"), "{t}");
-        assert!(t.contains("| 0 / 0 | 80 | 40 | 45 | - | 165 |"), "{t}");
-        assert!(t.contains("| 0 / 0 | - | 60 | 70 | 10 | 140 |"), "{t}");
-        assert!(
-            t.contains("| peer | 1 | 0.400 | 0.900 | - | 6000.0 | - | 60 | 70 | 10 | 140 |"),
-            "{t}"
-        );
+        for want in [
+            "| CPU us/request haproxy | api1 | api2 | lb | all |",
+            "| 0 / 0 | 80 | 40 | 45 | - | 165 |",
+            "| 0 / 0 | - | 60 | 70 | 10 | 140 |",
+            "| peer | 1 | 0.400 | 0.900 | - | 6000.0 | - | 60 | 70 | 10 | 140 |",
+        ] {
+            assert!(t.contains(want), "{want}: {t}");
+        }
         // Every row has as many cells as its header.
         let cells = |l: &str| l.matches('|').count();
         let lines: Vec<&str> = t.lines().filter(|l| !l.is_empty()).collect();
-        assert!(lines[..4].iter().all(|l| cells(l) == cells(lines[0])), "{t}");
-        assert!(lines[4..].iter().all(|l| cells(l) == cells(lines[4])), "{t}");
-    }
-
-    #[test]
-    fn problems_and_figures_of_a_batch() {
+        let even = |rows: &[&str]| rows.iter().all(|l| cells(l) == cells(rows[0]));
+        assert!(even(&lines[..4]) && even(&lines[4..]), "{t}");
         let runs = [run_of("stack", &[("api1", 40)]), run_of("peer", &[("lb", 10)])];
         let failed = ["peer round 2: not ready".to_string()];
-        let problems = judge(&runs, &failed);
-        assert_eq!(problems, failed);
-        let configs = configs("--config stack --external peer=/p/c.yml");
+        assert_eq!(judge(&runs, &failed), failed);
         assert_eq!(
-            figures(&configs, &runs, "b.md", &problems),
+            figures(&configs, &runs, "b.md", &failed),
             "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready"
         );
     }

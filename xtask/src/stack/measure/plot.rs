@@ -1,7 +1,5 @@
-//! The batch chart (plotters, SVG): over the seconds of a run, the offered rate (requests started
-//! per second) in the top panel and the per-second p50 (dashed) and p99 (solid) latency in the
-//! bottom panel (log scale), one colour per configuration; each point is the median over the
-//! configuration's runs.
+//! The batch chart (SVG): per second of a run, the offered rate (top) and p50 dashed / p99 solid
+//! (bottom, log scale), one colour per configuration, each point the median over its runs.
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
