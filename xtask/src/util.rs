@@ -62,6 +62,12 @@ pub fn to_log(e: duct::Expression, log: &Path) -> duct::Expression {
     e.stderr_to_stdout().stdout_path(log)
 }
 
+/// A Python venv of the tools: `$<var>`, else `~/.cache/<name>` (scripts/setup.sh's places).
+pub fn venv(var: &str, name: &str) -> PathBuf {
+    let home = || Path::new(&std::env::var_os("HOME").unwrap_or("/root".into())).join(".cache");
+    std::env::var_os(var).map_or_else(|| home().join(name), PathBuf::from)
+}
+
 /// Fails with an actionable message unless `program` can be started.
 pub fn require(program: &str, why: &str) -> Result<()> {
     let found = duct::cmd!(program, "--version").stdout_null().stderr_null().unchecked().run();

@@ -1,6 +1,6 @@
 //! `cargo xtask verify`: the scorer against the contest's answers and against the labeller.
-//! `local-runner verify` replays the 54,100 public payloads through the handler (every answer
-//! exact); `local-runner verify --neighbours` compares vectors and the 5 nearest references with
+//! `local-runner verify` replays the 54,100 public payloads and the 72,100 of the final's shape
+//! (tests/data/final-test-data.csv.gz) through the handler (every answer exact); `local-runner verify --neighbours` compares vectors and the 5 nearest references with
 //! the `labeller` crate (the contest's brute force, no code shared) on public, generated and
 //! adversarial queries (0 differences, and ties across the 5th place must be there); `labeller
 //! relabel --check` confirms the recorded answers of local-runner/tests/data/hostile-valid.json.
@@ -10,8 +10,9 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-/// The size of the public test set: every one must be answered exactly.
+/// The sizes of the public test set and of the final-shape set: every one answered exactly.
 const PUBLIC: u64 = 54_100;
+const FINAL: (&str, u64) = ("tests/data/final-test-data.csv.gz", 72_100);
 const HOSTILE: &str = "local-runner/tests/data/hostile-valid.json";
 
 #[derive(clap::Args)]
@@ -67,6 +68,7 @@ struct Neighbours {
 struct Gathered {
     answers: Answers,
     answers_wall_s: f64,
+    final_answers: Answers,
     neighbours: Neighbours,
     hostile_current: bool,
 }
@@ -85,6 +87,9 @@ fn gather(args: &Args) -> Result<Gathered> {
     let out = util::read(&cmd!(&local_runner, "verify", TEST_SET))?;
     let answers = util::last_json(&out, "local-runner verify")?;
     let answers_wall_s = t.elapsed().as_secs_f64();
+    log!("answers: the {} payloads of {} through the handler", FINAL.1, FINAL.0);
+    let out = util::read(&cmd!(&local_runner, "verify", FINAL.0))?;
+    let final_answers = util::last_json(&out, "local-runner verify (final set)")?;
     log!("neighbours: the embedded index's search against the labeller");
     let Args { generated: gen, adversarial: adv, seed, sample, .. } = args;
     let mut argv = format!(
@@ -98,14 +103,16 @@ fn gather(args: &Args) -> Result<Gathered> {
     let neighbours = util::last_json(&out, "local-runner verify --neighbours")?;
     log!("hostile cases: recorded answers against the labeller");
     let check = cmd!(release.join("labeller"), "relabel", "--check", HOSTILE).unchecked().run();
-    Ok(Gathered { answers, answers_wall_s, neighbours, hostile_current: check?.status.success() })
+    let hostile_current = check?.status.success();
+    Ok(Gathered { answers, answers_wall_s, final_answers, neighbours, hostile_current })
 }
 
 /// Every answer exact; every neighbour compared as asked with no difference, and ties there.
 fn judge(args: &Args, g: &Gathered) -> bool {
     let (a, n) = (&g.answers, &g.neighbours);
     let public_wanted = if args.all_neighbours { PUBLIC } else { args.sample.min(PUBLIC) };
-    let answers_ok = a.total == PUBLIC && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
+    let exact = |a: &Answers, n| a.total == n && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
+    let answers_ok = exact(a, PUBLIC) && exact(&g.final_answers, FINAL.1);
     let neighbours_ok = n.public == public_wanted
         && n.generated == args.generated
         && n.adversarial == args.adversarial
@@ -125,8 +132,12 @@ fn figures(g: &Gathered) -> String {
     // A wrong decision is also a wrong score, so these two count every inexact answer.
     let exact = total.saturating_sub(errors + g.answers.score_mismatches);
     let hostile = if g.hostile_current { "current" } else { "STALE" };
+    let f = &g.final_answers;
+    let final_exact = f.total.saturating_sub(f.errors + f.score_mismatches);
+    let (ftotal, ffp, ffn) = (f.total, f.fp, f.fn_);
     format!(
         "answers {exact}/{total} exact (FP {fp}, FN {fn_}, errors {errors}, detection {det:.2}, {wall:.1} s); \
+         final set {final_exact}/{ftotal} exact (FP {ffp}, FN {ffn}); \
          neighbours {compared} compared ({public} public, {generated} generated, {adversarial} adversarial), \
          {vector} vector, {neighbour} neighbour, {decision} decision differences, {ties} ties across 5th \
          ({f64_ties} decided by f64), {wall_s:.1} s; hostile cases {hostile}"
@@ -149,6 +160,7 @@ mod tests {
         Gathered {
             answers: util::last_json(&format!("progress\n{ANSWERS}"), "a").unwrap(),
             answers_wall_s: 3.0,
+            final_answers: util::last_json(&ANSWERS.replace("54100", "72100"), "f").unwrap(),
             neighbours: util::last_json(NEIGHBOURS, "n").unwrap(),
             hostile_current: true,
         }
@@ -161,12 +173,13 @@ mod tests {
         assert_eq!(
             figures(&g),
             "answers 54100/54100 exact (FP 0, FN 0, errors 0, detection 3000.00, 3.0 s); \
-             neighbours 4500 compared (2000 public, 2000 generated, 500 adversarial), 0 vector, \
+             final set 72100/72100 exact (FP 0, FN 0); neighbours 4500 compared (2000 public, 2000 generated, 500 adversarial), 0 vector, \
              0 neighbour, 0 decision differences, 37 ties across 5th (2 decided by f64), 12.5 s; \
              hostile cases current"
         );
-        let breaks: [fn(&mut Gathered); 4] = [
+        let breaks: [fn(&mut Gathered); 5] = [
             |g| g.answers.fp = 1,
+            |g| g.final_answers.total = 72_099,
             |g| g.neighbours.neighbour_differences = 1,
             |g| g.neighbours.ties_across_fifth = 0,
             |g| g.hostile_current = false,

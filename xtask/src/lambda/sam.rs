@@ -24,9 +24,7 @@ pub struct Tools {
 impl Tools {
     /// Installs SAM CLI into the venv unless it is there, and finds the emulator inside it.
     pub fn ensure() -> Result<Tools> {
-        let home = std::env::var_os("HOME").unwrap_or("/root".into());
-        let home = || Path::new(&home).join(".cache/lambda-venv");
-        let venv = std::env::var_os("LAMBDA_VENV").map_or_else(home, PathBuf::from);
+        let venv = util::venv("LAMBDA_VENV", "lambda-venv");
         let sam = venv.join("bin/sam");
         if !sam.exists() {
             log!("installing {SAM_CLI} into {}", venv.display());

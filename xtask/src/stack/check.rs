@@ -1,12 +1,15 @@
 //! The contest rules and least privilege (docs/RESILIENCE.md), on `docker-compose config` and, on a
 //! running stack, on what Docker applied (`docker inspect`) and what the kernel says of each
 //! container's main process (/proc): a `haproxy` balancer and two APIs; CPU and memory limits
-//! summing to at most 1 CPU and 350 MB; bridge networks; only the balancer publishes, on 9999; a
-//! fixed non-root user, `read_only`, `cap_drop: [ALL]`, `no-new-privileges`; haproxy.cfg in mode
-//! tcp, round robin, with no request logic.
+//! summing to at most 1 CPU and 350 MB; bridge networks; only the balancer publishes, on 9999;
+//! pullable image names (no `build:`), `platform: linux/amd64`, none of what the contest's final
+//! rejected (`sysctls`, `seccomp=unconfined`, privileged, host network); a fixed non-root user,
+//! `read_only`, `cap_drop: [ALL]`, `no-new-privileges`; haproxy.cfg in mode tcp, round robin,
+//! with no request logic. A submission ([`pinned`]) also names every image by digest, and each
+//! image here is linux/amd64 (`docker image inspect`).
 
 use super::compose::{inspect, Compose};
-use crate::util::{log, root};
+use crate::util::log;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use yaml_serde::Value;
@@ -71,6 +74,31 @@ pub fn rules(yaml: &str) -> Result<Report> {
         if !s["network_mode"].is_null() || s["privileged"] == true {
             problem("network_mode or privileged set");
         }
+        let image = scalar(&s["image"]);
+        for (bad, why) in [
+            (!s["build"].is_null(), "build: is set (the contest takes images only)".into()),
+            (!s["sysctls"].is_null(), "sysctls are set (the contest rejects them)".into()),
+            (
+                list("security_opt")
+                    .iter()
+                    .any(|o| o.contains("seccomp") && o.contains("unconfined")),
+                "security_opt seccomp=unconfined (the contest rejects it)".into(),
+            ),
+            (
+                scalar(&s["platform"]) != "linux/amd64",
+                format!("platform {:?} is not linux/amd64", scalar(&s["platform"])),
+            ),
+            (
+                reference(&image).is_none(),
+                format!(
+                    "image {image:?} is not a pullable name (name:tag or name@sha256:<64 hex>)"
+                ),
+            ),
+        ] {
+            if bad {
+                problem(&why);
+            }
+        }
         for port in s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]))
         {
             if name != "haproxy" || port != "9999" {
@@ -94,7 +122,6 @@ pub fn rules(yaml: &str) -> Result<Report> {
         }
         let (c, m) = limits.unwrap_or_default();
         (r.cpus, r.memory_mb) = (r.cpus + c, r.memory_mb + m);
-        let image = scalar(&s["image"]);
         let line = format!(
             "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
         );
@@ -120,6 +147,69 @@ pub fn rules(yaml: &str) -> Result<Report> {
         r.problems.push(format!("memory sum {:.0} MB > 350", r.memory_mb));
     }
     Ok(r)
+}
+
+/// An image reference as a registry serves it: `[host[:port]/]path[:tag][@sha256:<64 hex>]`,
+/// lowercase path components, a tag or a digest given; returns whether it has the digest.
+pub fn reference(image: &str) -> Option<bool> {
+    let (rest, digest) = image.split_once('@').map_or((image, None), |(r, d)| (r, Some(d)));
+    let hex = |d: &str| {
+        d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    };
+    if digest.is_some_and(|d| !d.strip_prefix("sha256:").is_some_and(hex)) {
+        return None;
+    }
+    let slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[slash..].split_once(':') {
+        Some((_, t)) => (&rest[..rest.len() - t.len() - 1], Some(t)),
+        None => (rest, None),
+    };
+    let tag_ok = tag.is_none_or(|t| {
+        !t.is_empty()
+            && t.len() <= 128
+            && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    });
+    let mut parts: Vec<&str> = name.split('/').collect();
+    if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
+        parts.remove(0);
+    }
+    let part_ok = |p: &&str| {
+        let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        p.bytes().next().is_some_and(ok)
+            && p.bytes().last().is_some_and(ok)
+            && p.bytes().all(|b| ok(b) || b"._-".contains(&b))
+    };
+    (tag_ok && (tag.is_some() || digest.is_some()) && parts.iter().all(part_ok))
+        .then_some(digest.is_some())
+}
+
+/// The submission's own rules on `yaml` (`docker compose config`): every image pinned by digest,
+/// and linux/amd64 as `arch` reports it (`os/architecture`, `None` when the image is not here).
+pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+    let f: Value = yaml_serde::from_str(yaml).context("parsing docker compose config")?;
+    let mut problems = Vec::new();
+    for (name, s) in f["services"].as_mapping().into_iter().flatten() {
+        let (name, image) = (scalar(name), scalar(&s["image"]));
+        if reference(&image) != Some(true) {
+            problems
+                .push(format!("{name}: image {image:?} is not pinned by digest (name@sha256:...)"));
+        }
+        match arch(&image) {
+            Some(a) if a == "linux/amd64" => {}
+            Some(a) => problems.push(format!("{name}: image {image} is {a}, not linux/amd64")),
+            None => {
+                problems.push(format!("{name}: image {image} is not here (docker image inspect)"))
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// `os/architecture` of a local image, as `docker image inspect` says.
+pub fn architecture(image: &str) -> Option<String> {
+    let e =
+        duct::cmd!("docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image);
+    e.stderr_null().read().ok()
 }
 
 /// The balancer's configuration: `mode tcp`, `balance roundrobin`, nothing that answers or routes
@@ -177,9 +267,15 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
 
 /// The whole check on `compose`; with `running`, also the running containers.
 pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
-    let mut r = rules(&compose.config()?)?;
-    r.problems
-        .extend(haproxy_cfg(&std::fs::read_to_string(root().join("docker/haproxy/haproxy.cfg"))?));
+    let yaml = compose.config()?;
+    let mut r = rules(&yaml)?;
+    if compose.pinned {
+        r.problems.extend(pinned(&yaml, architecture)?);
+    }
+    let cfg = compose.dir.join("docker/haproxy/haproxy.cfg");
+    let cfg =
+        std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+    r.problems.extend(haproxy_cfg(&cfg));
     if running_too {
         let network = format!("{}_stack", compose.project);
         for svc in compose.services()? {
@@ -208,6 +304,7 @@ networks:
 services:
   api1: &api
     image: fraud-api:latest
+    platform: linux/amd64
     user: 65534:65534
     read_only: true
     cap_drop: [ALL]
@@ -216,6 +313,7 @@ services:
   api2: *api
   haproxy:
     image: haproxy:2.6
+    platform: linux/amd64
     user: "99:99"
     read_only: true
     cap_drop: [ALL]
@@ -248,6 +346,49 @@ services:
         let p = rules(lone).unwrap().problems.join("; ");
         let want = "api1: no deploy.resources.limits cpus + memory; no haproxy balancer; ";
         assert_eq!(p, format!("{want}fewer than two APIs; network n is not bridge"));
+        // What the contest's final rejected, and a service that names no pullable image.
+        let limits = "deploy: {resources: {limits: {cpus: 0.1, memory: 10M}}}";
+        let odd = format!("services:\n  api1: {{build: ., sysctls: {{a: 1}}, security_opt: [seccomp=unconfined], {limits}}}\n");
+        let p = rules(&odd).unwrap().problems.join("; ");
+        let want = "api1: build: is set (the contest takes images only); api1: sysctls are set (the contest rejects them); \
+            api1: security_opt seccomp=unconfined (the contest rejects it); api1: platform \"\" is not linux/amd64; \
+            api1: image \"\" is not a pullable name (name:tag or name@sha256:<64 hex>)";
+        assert!(p.starts_with(want), "{p}");
+    }
+
+    #[test]
+    fn image_references_and_a_pinned_submission() {
+        let d = "0123456789abcdef".repeat(4);
+        let refs = [
+            ("fraud-api:latest", Some(false)),
+            ("127.0.0.1:5000/fraud-api:test", Some(false)),
+            (&format!("127.0.0.1:5000/fraud-api@sha256:{d}") as &str, Some(true)),
+            (&format!("haproxy:2.6@sha256:{d}"), Some(true)),
+            ("docker.io/me/fraud-api", None),
+            ("Fraud-API:1", None),
+            ("haproxy:", None),
+            (&format!("haproxy@sha256:{}", &d[1..]), None),
+            ("", None),
+        ];
+        for (r, want) in refs {
+            assert_eq!(reference(r), want, "{r}");
+        }
+        let yaml = format!(
+            "services:\n  api1: {{image: \"x@sha256:{d}\"}}\n  haproxy: {{image: haproxy:2.6}}\n"
+        );
+        let arch = |i: &str| i.starts_with('x').then(|| "linux/amd64".to_string());
+        assert_eq!(
+            pinned(&yaml, arch).unwrap(),
+            [
+                "haproxy: image \"haproxy:2.6\" is not pinned by digest (name@sha256:...)",
+                "haproxy: image haproxy:2.6 is not here (docker image inspect)",
+            ]
+        );
+        let arm = pinned(&yaml, |_| Some("linux/arm64".into())).unwrap();
+        assert!(
+            arm[0].ends_with(&format!("x@sha256:{d} is linux/arm64, not linux/amd64")),
+            "{arm:?}"
+        );
     }
 
     #[test]

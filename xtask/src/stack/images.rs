@@ -16,6 +16,10 @@ pub struct Build {
     pub target_dir: Option<PathBuf>,
 }
 
+/// The tags docker-compose.yml names.
+pub const API: &str = "fraud-api:latest";
+pub const HAPROXY: &str = "haproxy:2.6";
+
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum Image {
     Api,
@@ -27,11 +31,11 @@ pub fn build(args: &Build, only: Option<Image>) -> Result<Vec<&'static str>> {
     let mut built = Vec::new();
     if only != Some(Image::Api) {
         haproxy()?;
-        built.push("haproxy:2.6");
+        built.push(HAPROXY);
     }
     if only != Some(Image::Haproxy) {
         api(args.target_dir.clone().unwrap_or_else(|| util::target_dir().join("image")))?;
-        built.push("fraud-api:latest");
+        built.push(API);
     }
     Ok(built)
 }
@@ -57,7 +61,7 @@ fn api(target_dir: PathBuf) -> Result<()> {
         .dir("sock", 0o1777);
     let ctx = util::target_dir().join("stack-images/api");
     fs.write(&ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &root().join("docker/api/Dockerfile"), "fraud-api:latest")?;
+    util::docker_build(&ctx, &root().join("docker/api/Dockerfile"), API)?;
     log!("fraud-api:latest built ({:.0} MB binary)", util::mb(bin.metadata()?.len()));
     Ok(())
 }
@@ -93,7 +97,7 @@ fn haproxy() -> Result<()> {
         .text("etc/passwd", "root:x:0:0:root:/root:/nonexistent\nhaproxy:x:99:99:haproxy:/var/lib/haproxy:/nonexistent\n");
     let ctx = util::target_dir().join("stack-images/haproxy");
     fs.write(&ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &root().join("docker/haproxy/Dockerfile"), "haproxy:2.6")?;
+    util::docker_build(&ctx, &root().join("docker/haproxy/Dockerfile"), HAPROXY)?;
     log!("haproxy:2.6 stand-in built from {first}");
     Ok(())
 }

@@ -7,10 +7,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The public test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
-pub fn test_data() -> Result<PathBuf> {
-    let src = root().join(util::TEST_SET);
-    let out = util::target_dir().join("stack-data/test-data.json");
+/// The project's test set of the final's shape (the contest's CSV layout, 72,100 payloads).
+pub const FINAL_SET: &str = "tests/data/final-test-data.csv.gz";
+
+/// A gzipped test set (`set`, from the root), decompressed once into `<target>/stack-data/` (k6
+/// cannot read gzip).
+pub fn test_data(set: &str) -> Result<PathBuf> {
+    let src = root().join(set);
+    let name = Path::new(set).file_stem().context("no file name")?;
+    let out = util::target_dir().join("stack-data").join(name);
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     if modified(&out).is_none() || modified(&out) < modified(&src) {
         std::fs::create_dir_all(out.parent().context("no parent")?)?;
@@ -108,11 +113,15 @@ pub fn file(base: &Path, ext: &str) -> PathBuf {
     PathBuf::from(format!("{}.{ext}", base.display()))
 }
 
-/// Starts k6 on `script` (under k6/) with `env`; the summary goes to `<base>.k6.json`, the output
-/// to `<base>.k6.log`.
+/// Starts k6 on `script` (under k6/) with `env` (TEST_DATA: the public set unless given); the
+/// summary goes to `<base>.k6.json`, the output to `<base>.k6.log`.
 pub fn start(script: &str, env: &[(&str, String)], base: &Path) -> Result<duct::Handle> {
     let e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script));
-    let e = e.env("TEST_DATA", test_data()?).env("BASE_URL", "http://localhost:9999");
+    let e = match env.iter().any(|(k, _)| *k == "TEST_DATA") {
+        true => e,
+        false => e.env("TEST_DATA", test_data(util::TEST_SET)?),
+    };
+    let e = e.env("BASE_URL", "http://localhost:9999");
     let e = env.iter().fold(e.env("SUMMARY", file(base, "k6.json")), |e, (k, v)| e.env(k, v));
     util::to_log(e.unchecked(), &file(base, "k6.log")).start().context("cannot start k6")
 }

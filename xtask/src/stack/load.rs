@@ -199,10 +199,10 @@ pub fn load_run(config: &str, compose: &Compose, shape: Shape, keep: bool) -> Re
         problems.extend(check::check(compose, true)?.problems);
     }
     let watch = Watch::start(compose)?;
-    let (started, load_before, mode) = (util::stamp(), util::loadavg(), shape.mode.name());
+    let (started, load_before, mode) = (util::stamp(), util::loadavg(), shape.shape.name());
     let base = util::xtask_dir("stack")?.join(format!("{started}-{config}-{mode}"));
     log!("{config}: k6 {mode} run (load {load_before})");
-    let k6 = k6::start("fraud-test.js", &shape.env(), &base)?;
+    let k6 = k6::start("fraud-test.js", &shape.env()?, &base)?;
     let (status, summary) = k6::finish(&k6, &base)?;
     let containers = watch.finish()?;
     drop(guard);
@@ -313,7 +313,7 @@ pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
     let latency_ms = Some(k6::Trend { med: 0.4, p99: 0.9 });
     let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
     let (started, load) = ("20261130T170200Z".to_string(), "1.00".to_string());
-    let shape = Shape { mode: super::Mode::Full, rate: 200, seconds: 15 };
+    let shape = Shape { shape: super::Kind::Final, rate: 200, seconds: 15 };
     let containers = cpu_ms.iter().map(container).collect();
     LoadRun {
         config: config.into(),

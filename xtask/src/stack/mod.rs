@@ -1,8 +1,8 @@
 //! `cargo xtask stack ...`: the contest stack (HAProxy + two `local-runner serve` APIs in docker
 //! compose, docs/STACK.md) built ([`images`]), checked ([`check`]), run under k6 ([`load`]) and
 //! gated: `smoke`, [`chaos`], [`overload`]; `batch` is the instrument ([`measure`]). Needs
-//! Docker, Debian's docker-compose v1 (always `--compatibility`), haproxy, wrk and k6 1.1.0
-//! (scripts/setup.sh installs them).
+//! Docker, Compose v2 ([`compose::binary`]), haproxy, wrk and k6 1.1.0 (scripts/setup.sh
+//! installs them).
 
 mod cgroup;
 mod chaos;
@@ -15,6 +15,7 @@ mod measure;
 mod monitor;
 mod overload;
 mod probe;
+mod submission;
 
 use crate::util::{self, log};
 use anyhow::Result;
@@ -58,46 +59,60 @@ impl Common {
 /// The load shape of a run of `k6/fraud-test.js`.
 #[derive(clap::Args, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
-    /// `full`: the contest ramp (1 -> 900 req/s over 120 s); `smoke`: --rate for --seconds.
-    #[arg(long, value_enum, default_value = "full")]
-    mode: Mode,
-    /// Requests per second of `--mode smoke`.
-    #[arg(long, default_value_t = 200)]
+    /// `final`: the contest's final (ramp 1 -> 1000 -> 2000 req/s, each of the 72,100 payloads of
+    /// tests/data/final-test-data.csv.gz once with a random id: ~100 s, up to ~1,130 req/s);
+    /// `preview`: the preview (1 -> 900 req/s over 120 s, the public set); `smoke`: --rate for
+    /// --seconds.
+    #[arg(long, alias = "mode", value_enum, default_value = "final")]
+    shape: Kind,
+    /// Requests per second of `--shape smoke`.
+    #[arg(long, default_value_t = SMOKE_RATE)]
     rate: u32,
-    /// Seconds of `--mode smoke`.
+    /// Seconds of `--shape smoke`.
     #[arg(long, default_value_t = 15)]
     seconds: u32,
 }
 
+/// The final's peak rate: its 72,059 scored requests ran out ~100 s into the ramp, near 1,130
+/// req/s. The smoke and instance-loss gates run at it, the overload gate at 3x.
+pub const SMOKE_RATE: u32 = 1130;
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Full,
+pub enum Kind {
+    Final,
+    #[value(alias = "full")]
+    Preview,
     Smoke,
 }
 
-impl Mode {
+impl Kind {
     fn name(self) -> &'static str {
         match self {
-            Mode::Full => "full",
-            Mode::Smoke => "smoke",
+            Kind::Final => "final",
+            Kind::Preview => "preview",
+            Kind::Smoke => "smoke",
         }
     }
 }
 
 impl Shape {
-    fn env(&self) -> Vec<(&'static str, String)> {
-        let mode = ("MODE", self.mode.name().to_string());
-        match self.mode {
-            Mode::Full => vec![mode],
-            Mode::Smoke => {
-                vec![
-                    mode,
-                    ("RATE", self.rate.to_string()),
-                    ("DURATION", format!("{}s", self.seconds)),
-                ]
-            }
+    /// k6's environment: the script's MODE and its test set (decompressed once).
+    fn env(&self) -> Result<Vec<(&'static str, String)>> {
+        let (mode, set) = match self.shape {
+            Kind::Final => ("final", k6::FINAL_SET),
+            Kind::Preview => ("full", util::TEST_SET),
+            Kind::Smoke => ("smoke", util::TEST_SET),
+        };
+        let data = k6::test_data(set)?.display().to_string();
+        let mut env = vec![("MODE", mode.to_string()), ("TEST_DATA", data)];
+        if self.shape == Kind::Smoke {
+            env.extend([
+                ("RATE", self.rate.to_string()),
+                ("DURATION", format!("{}s", self.seconds)),
+            ]);
         }
+        Ok(env)
     }
 }
 
@@ -117,6 +132,10 @@ enum Command {
         running: bool,
         #[arg(short = 'f', long = "override")]
         overrides: Vec<PathBuf>,
+        /// Check this submission directory's docker-compose.yml instead, with the submission's
+        /// rules (images pinned by digest and linux/amd64 here).
+        #[arg(long, conflicts_with = "overrides")]
+        submission: Option<PathBuf>,
     },
     /// One k6 replica of the official test against the stack.
     Run {
@@ -135,7 +154,7 @@ enum Command {
     /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN, crash,
     /// or when Docker is not usable (FRAUD_SKIP_STACK=1 skips it, loudly; CI never sets it).
     Smoke {
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = SMOKE_RATE)]
         rate: u32,
         #[arg(long, default_value_t = 15)]
         seconds: u32,
@@ -148,6 +167,8 @@ enum Command {
     Overload(overload::Args),
     /// Alternated full runs of several configurations: table, medians, SVG, markdown.
     Batch(measure::Args),
+    /// The contest's `submission` branch: images pushed and pinned by digest, compose, info.json.
+    Submission(submission::Args),
 }
 
 /// Holds `$TMPDIR/fraud-stack.lock` while a command uses the stack: the compose projects, port
@@ -173,8 +194,10 @@ pub fn run(args: Args) -> Result<()> {
             let built = images::build(&build, only)?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
-        Command::Check { running, overrides } => {
-            let r = check::check(&Compose::stack(&overrides), running)?;
+        Command::Check { running, overrides, submission } => {
+            let compose =
+                submission.map_or_else(|| Compose::stack(&overrides), |d| Compose::submission(&d));
+            let r = check::check(&compose, running)?;
             let (cpus, mb, n) = (r.cpus, r.memory_mb, r.problems.len());
             let also = if running { " (running stack too)" } else { "" };
             let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
@@ -183,12 +206,13 @@ pub fn run(args: Args) -> Result<()> {
         Command::Run { shape, common } => replica("stack run", shape, &common),
         Command::Floor { shape, common } => replica("stack floor", shape, &common),
         Command::Smoke { rate, seconds, common } if gate_may_run("stack smoke")? => {
-            replica("stack smoke", Shape { mode: Mode::Smoke, rate, seconds }, &common)
+            replica("stack smoke", Shape { shape: Kind::Smoke, rate, seconds }, &common)
         }
         Command::Smoke { .. } => Ok(()),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(a) => overload::run(a),
         Command::Batch(a) => measure::run(a),
+        Command::Submission(a) => submission::run(a),
     }
 }
 
@@ -266,12 +290,18 @@ mod tests {
 
     #[test]
     fn the_load_shape_is_typed() {
-        let shape = parse::<Shape>("").unwrap();
-        assert_eq!((shape.mode, shape.env()), (Mode::Full, vec![("MODE", "full".into())]));
-        let shape = parse::<Shape>("--mode smoke --rate 900 --seconds 20").unwrap();
-        let want = [("MODE", "smoke"), ("RATE", "900"), ("DURATION", "20s")]
-            .map(|(k, v)| (k, v.to_string()));
-        assert_eq!(shape.env(), want);
-        assert!(parse::<Shape>("--mode fast").is_err());
+        let env = |argv: &str| {
+            let e = parse::<Shape>(argv).unwrap().env().unwrap();
+            e.into_iter()
+                .map(|(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(env(""), "MODE=final TEST_DATA=final-test-data.csv");
+        assert_eq!(env("--shape preview"), "MODE=full TEST_DATA=test-data.json");
+        assert_eq!(env("--mode full"), env("--shape preview"));
+        let smoke = "MODE=smoke TEST_DATA=test-data.json RATE=900 DURATION=20s";
+        assert_eq!(env("--shape smoke --rate 900 --seconds 20"), smoke);
+        assert!(parse::<Shape>("--shape fast").is_err());
     }
 }

@@ -1,0 +1,260 @@
+//! `cargo xtask stack submission --image REF`: the contest's `submission` branch in `--out`
+//! (default `<target>/submission`): docker-compose.yml with every image named by digest, the
+//! file it mounts (docker/haproxy/haproxy.cfg), info.json (docker/submission/info.json with
+//! `--set` over it) and a README of how it was made, checked as `stack check --submission`. The
+//! API image is pushed to REF; the balancer is the official `haproxy` by its digest when the
+//! local haproxy:2.6 came from a registry, else the project's stand-in pushed beside REF (said
+//! so). With `--test` (CI; REF on 127.0.0.1): Debian's registry started there for the run, the
+//! local images removed, DIR brought up from its own files (images pulled by digest), the smoke
+//! run against it, the local tags put back.
+
+use super::compose::Compose;
+use super::{check, images, judge_replica, load, Common, Kind, Shape, SMOKE_RATE};
+use crate::util::{self, log, root};
+use anyhow::{ensure, Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the API image is pushed, `registry/name:tag` (e.g. docker.io/me/fraud-api:v1).
+    #[arg(long)]
+    image: String,
+    /// The submission directory (default `<target>/submission`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// `KEY=JSON` over docker/submission/info.json, e.g. `participants=["Ana"]` (repeatable).
+    #[arg(long = "set")]
+    sets: Vec<String>,
+    /// The end-to-end test on a loopback registry (REF on 127.0.0.1:PORT); see the module doc.
+    #[arg(long)]
+    test: bool,
+    /// Requests per second of the test's smoke (for 15 s).
+    #[arg(long, default_value_t = SMOKE_RATE)]
+    rate: u32,
+    #[command(flatten)]
+    common: Common,
+}
+
+const INFO: &str = "docker/submission/info.json";
+const CFG: &str = "docker/haproxy/haproxy.cfg";
+
+pub fn run(a: Args) -> Result<()> {
+    util::docker_usable()?;
+    a.common.prepare(a.test, false)?;
+    let out = a.out.clone().unwrap_or_else(|| util::target_dir().join("submission"));
+    let registry = a.test.then(|| Registry::start(&a.image)).transpose()?;
+    let api = push(images::API, &a.image)?;
+    let (balancer, stand_in) = balancer(&a.image)?;
+    let commit = util::read(&util::cmd!("git", "rev-parse", "HEAD")).unwrap_or_default();
+    let text = std::fs::read_to_string(root().join("docker-compose.yml"))?;
+    let pins =
+        [("${FRAUD_API_IMAGE:-fraud-api:latest}", api.as_str()), (images::HAPROXY, &balancer)];
+    let compose = pin(&text, &pins, &commit)?;
+    let info = info(&std::fs::read_to_string(root().join(INFO))?, &a.sets)?;
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(out.join("docker/haproxy"))?;
+    std::fs::copy(root().join(CFG), out.join(CFG))?;
+    std::fs::write(out.join("docker-compose.yml"), compose)?;
+    std::fs::write(out.join("info.json"), &info)?;
+    std::fs::write(out.join("README.md"), readme(&commit, &api, &balancer, stand_in.as_deref()))?;
+    let c = Compose::submission(&out);
+    let mut problems = check::check(&c, false)?.problems;
+    let mut figures = format!("{} written: api {api}, balancer {balancer}", out.display());
+    if let Some(s) = &stand_in {
+        figures += &format!(" (the local haproxy:2.6 is the project's stand-in, pushed as {s})");
+    }
+    if registry.is_some() {
+        let shape = Shape { shape: Kind::Smoke, rate: a.rate, seconds: 15 };
+        for id in [images::API, images::HAPROXY].map(image_id) {
+            util::run(&util::cmd!("docker", "image", "rm", "-f", id?).stdout_null())?;
+        }
+        log!("local images removed: the submission pulls {api} and {balancer} from the registry");
+        let run = load::load_run("submission", &c, shape, a.common.keep);
+        for (pinned, tag) in [(&api, images::API), (&balancer, images::HAPROXY)] {
+            util::run(&util::cmd!("docker", "tag", pinned, tag))?;
+        }
+        let (run, smoke) = (run?, "pulled by digest from the loopback registry, smoke");
+        if !judge_replica(&run, false) {
+            problems.push(format!("{smoke} failed"));
+        }
+        figures += &format!("; {smoke}: {}", load::run_figures(&run));
+    }
+    drop(registry);
+    figures += &format!("; check problems {}{}", problems.len(), util::problems_suffix(&problems));
+    util::verdict("stack submission", problems.is_empty(), &figures, &problems)
+}
+
+/// `source` (docker-compose.yml) as the submission's: its leading comment replaced by one that
+/// says where it came from, every `image:` line's value swapped by `pins` (each one must be).
+fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
+    let mut out = format!("# Rinha de Backend 2026 submission, written by `cargo xtask stack submission` from the\n# project's docker-compose.yml at commit {commit}; every image named by digest (README.md).\n");
+    for line in source.lines().skip_while(|l| l.starts_with('#')) {
+        let Some((indent, value)) = line.split_once("image: ") else {
+            out += &format!("{line}\n");
+            continue;
+        };
+        let to = pins.iter().find(|(from, _)| *from == value.trim()).map(|(_, to)| to);
+        out += &format!(
+            "{indent}image: {}\n",
+            to.with_context(|| format!("no pin for image {value}"))?
+        );
+    }
+    Ok(out)
+}
+
+/// info.json: the template with `KEY=JSON` values over it, the contest's five fields typed.
+fn info(template: &str, sets: &[String]) -> Result<String> {
+    let mut v: serde_json::Value = serde_json::from_str(template).context(INFO)?;
+    for s in sets {
+        let (k, json) = s.split_once('=').with_context(|| format!("--set {s}: not KEY=JSON"))?;
+        v[k] = serde_json::from_str(json).with_context(|| format!("--set {s}: not JSON"))?;
+    }
+    let strings = |k: &str| v[k].as_array().is_some_and(|a| a.iter().all(|s| s.is_string()));
+    let typed = ["participants", "social", "stack"].iter().all(|k| strings(k))
+        && v["source-code-repo"].is_string()
+        && v["open_to_work"].is_boolean()
+        && v.as_object().is_some_and(|o| o.len() == 5);
+    ensure!(typed, "info.json needs exactly participants, social, stack (lists of strings), source-code-repo (string), open_to_work (bool): {v}");
+    Ok(serde_json::to_string_pretty(&v)? + "\n")
+}
+
+/// `registry/name` of `registry/name:tag` (a port's colon is not a tag's).
+fn repository(reference: &str) -> &str {
+    let slash = reference.rfind('/').map_or(0, |i| i + 1);
+    reference[slash..].find(':').map_or(reference, |i| &reference[..slash + i])
+}
+
+fn image_id(image: &str) -> Result<String> {
+    util::read(&util::cmd!("docker", "image", "inspect", "--format", "{{.Id}}", image))
+}
+
+/// `docker tag` + `docker push` of `local` as `reference`; returns `repository@sha256:...`.
+fn push(local: &str, reference: &str) -> Result<String> {
+    util::run(&util::cmd!("docker", "tag", local, reference))?;
+    util::run(&util::cmd!("docker", "push", reference).stdout_null())?;
+    digest_of(reference, repository(reference))
+        .with_context(|| format!("no digest of {reference} after the push"))
+}
+
+/// `repository@sha256:...` of a local image that came from (or went to) `repository`.
+fn digest_of(image: &str, repository: &str) -> Option<String> {
+    let e = util::cmd!("docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image);
+    let digests: Vec<String> = serde_json::from_str(&util::read(&e).ok()?).ok()?;
+    digests.into_iter().find(|d| d.split_once('@').is_some_and(|(r, _)| r == repository))
+}
+
+/// The official haproxy by digest when the local haproxy:2.6 was pulled; else the stand-in
+/// pushed beside the API image (and its name).
+fn balancer(api: &str) -> Result<(String, Option<String>)> {
+    if let Some(official) = digest_of(images::HAPROXY, "haproxy") {
+        return Ok((official, None));
+    }
+    let api = repository(api);
+    let to = format!("{}haproxy:2.6", &api[..api.rfind('/').map_or(0, |i| i + 1)]);
+    log!("haproxy:2.6 here is the project's stand-in (Debian's HAProxy 2.6, FROM scratch), not the official image: pushing it as {to}");
+    Ok((push(images::HAPROXY, &to)?, Some(to)))
+}
+
+fn readme(commit: &str, api: &str, balancer: &str, stand_in: Option<&str>) -> String {
+    let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let why = match stand_in {
+        None => "the official `haproxy` image, by the digest of the copy pulled on the machine that wrote this".to_string(),
+        Some(s) => format!("the local `haproxy:2.6` was the project's stand-in (Debian's HAProxy 2.6 in a FROM scratch image, laid out like the official one), which no public registry serves, so it was pushed as `{s}` and is named by that copy's digest; on a machine with the official image pulled, the command names `haproxy@sha256:...` instead"),
+    };
+    format!("# Rinha de Backend 2026 submission\n\nWritten on {} by `cargo {command}` at commit `{commit}` of the source repository (info.json names it); no source code here.\n\n- `docker-compose.yml`: the project's, every image named by digest, `platform: linux/amd64`.\n- `docker/haproxy/haproxy.cfg`: the balancer's configuration, mounted by the compose file.\n- `info.json`: the contest's fields.\n\nImages: API `{api}` (the static local-runner built for the contest CPU); balancer `{balancer}`: {why}.\n\nRun: `docker compose up -d` in this directory (Compose v2; the limits apply as written), then `curl localhost:9999/ready`.\n", util::date())
+}
+
+/// Debian's Distribution registry on REF's loopback address, for one run (data and config
+/// under `<target>/registry/`); stopped when dropped.
+struct Registry(duct::Handle);
+
+impl Registry {
+    fn start(reference: &str) -> Result<Registry> {
+        let addr = reference.split('/').next().unwrap_or_default();
+        let port = addr.strip_prefix("127.0.0.1:").and_then(|p| p.parse::<u16>().ok());
+        let port = port.with_context(|| {
+            format!("--test pushes to a loopback registry: {reference} is not 127.0.0.1:PORT/...")
+        })?;
+        util::require("docker-registry", "for the submission test (Debian's docker-registry)")?;
+        let dir = util::xtask_dir("registry")?;
+        let _ = std::fs::remove_dir_all(dir.join("data"));
+        let config = format!("version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{addr}\"}}\n", dir.join("data").display());
+        std::fs::write(dir.join("config.yml"), config)?;
+        let e = util::to_log(
+            duct::cmd!("docker-registry", "serve", dir.join("config.yml")),
+            &dir.join("registry.log"),
+        );
+        let registry = Registry(e.unchecked().start().context("cannot start docker-registry")?);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        util::poll(
+            "the loopback registry",
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            || {
+                let up =
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok();
+                Ok(if up { Ok(()) } else { Err("not listening".into()) })
+            },
+        )?;
+        log!("registry listening on {addr} (log {})", dir.join("registry.log").display());
+        Ok(registry)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        log!("registry stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compose_info_and_names_of_a_submission() {
+        let src = "# header\n# more\nservices:\n  api1:\n    image: ${FRAUD_API_IMAGE:-fraud-api:latest}\n  haproxy:\n    image: haproxy:2.6\n";
+        let pins = [
+            ("${FRAUD_API_IMAGE:-fraud-api:latest}", "r/a@sha256:1"),
+            ("haproxy:2.6", "h@sha256:2"),
+        ];
+        let text = pin(src, &pins, "abc").unwrap();
+        assert!(
+            text.starts_with("# Rinha de Backend 2026 submission") && text.contains("commit abc;")
+        );
+        assert!(
+            text.ends_with(
+                "services:\n  api1:\n    image: r/a@sha256:1\n  haproxy:\n    image: h@sha256:2\n"
+            ),
+            "{text}"
+        );
+        assert!(pin(src, &pins[..1], "abc")
+            .unwrap_err()
+            .to_string()
+            .contains("no pin for image haproxy:2.6"));
+        let template = std::fs::read_to_string(root().join(INFO)).unwrap();
+        let set =
+            |s: &[&str]| info(&template, &s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let v: serde_json::Value =
+            serde_json::from_str(&set(&["participants=[\"Ana\"]", "open_to_work=true"]).unwrap())
+                .unwrap();
+        assert_eq!(
+            (v["participants"][0].as_str(), v["open_to_work"].as_bool()),
+            (Some("Ana"), Some(true))
+        );
+        assert!(
+            set(&["open_to_work=\"yes\""]).is_err()
+                && set(&["extra=1"]).is_err()
+                && set(&["x"]).is_err()
+        );
+        let names =
+            ["127.0.0.1:5000/fraud-api:test", "docker.io/me/api", "me/api:v1", "localhost:5000/a"];
+        assert_eq!(
+            names.map(repository),
+            ["127.0.0.1:5000/fraud-api", "docker.io/me/api", "me/api", "localhost:5000/a"]
+        );
+        assert!(Registry::start("docker.io/me/api:1").is_err());
+    }
+}
