@@ -168,7 +168,7 @@ impl Memory {
 }
 
 /// A free loopback TCP address (the port is released for the RIE to take).
-fn free_port() -> Result<SocketAddr> {
+pub fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
 }
 

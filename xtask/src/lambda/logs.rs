@@ -1,7 +1,8 @@
 //! What the function must log (function/src/bin/bootstrap.rs): one INFO line at init naming the
 //! kernels, codec, index source SHA-256 and artifact CRC32 of the embedded artifact; one WARN line
 //! per failed request (status, method, path, at most the field a 400 names; never the body);
-//! nothing for a successful one.
+//! nothing for a successful one; at most one INFO line at the very end when the runtime API
+//! closes after the invocations (an emulator ending its run, [`CLOSING`]).
 
 use super::emulator::{Line, Log};
 use anyhow::{Context, Result};
@@ -59,6 +60,9 @@ pub fn expected(artifact: &Path) -> Result<Init> {
     })
 }
 
+/// The message of the bootstrap's closing line.
+pub const CLOSING: &str = "the runtime API went away, exiting";
+
 /// The outcome of the log checks.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -69,6 +73,8 @@ pub struct Report {
     pub failed_requests: usize,
     pub bad_requests: usize,
     pub other_lines: usize,
+    /// The closing line was there (last).
+    pub closing_line: bool,
     pub problems: Vec<String>,
 }
 
@@ -102,8 +108,14 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
         },
         _ => r.problems.push(format!("{} init lines, want 1", inits.len())),
     }
-    let mut logged = Vec::new();
+    let (mut logged, last) = (Vec::new(), log.lines.last());
     for line in rest {
+        let keys: Vec<&str> = line.fields.keys().map(String::as_str).collect();
+        let closing = line.message() == CLOSING && keys == ["error", "invocations", "message"];
+        if closing && line.level == "INFO" && last.is_some_and(|l| std::ptr::eq(l, line)) {
+            r.closing_line = true;
+            continue;
+        }
         match line.typed::<Failure>() {
             Ok(f) if line.level == "WARN" && f.message == "request failed" => {
                 if f.field.is_some() != (f.status == 400) {
@@ -157,6 +169,7 @@ mod tests {
 
     const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":false,"init_us":300}}"#;
     const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount"},"span":{"requestId":"x"}}"#;
+    const CLOSED: &str = r#"{"level":"INFO","fields":{"message":"the runtime API went away, exiting","invocations":3,"error":"connection closed"}}"#;
 
     #[test]
     fn one_init_line_and_one_line_per_failure_pass() {
@@ -164,6 +177,9 @@ mod tests {
         let r = check(&log, &[200, 400, 200], &want(), false);
         assert!(r.problems.is_empty(), "{:?}", r.problems);
         assert_eq!((r.failure_lines, r.bad_requests, r.init.unwrap().init_us), (1, 1, 300));
+        let r =
+            check(&Log::parse(&format!("{INIT}\n{FAILED}\n{CLOSED}\n")), &[400], &want(), false);
+        assert!(r.problems.is_empty() && r.closing_line, "{:?}", r.problems);
     }
 
     #[test]
@@ -171,7 +187,10 @@ mod tests {
         let extra = r#"{"level":"INFO","fields":{"message":"answered","status":200}}"#;
         let body = FAILED.replace(r#""field""#, r#""body":"{}","field""#);
         let other = Init { artifact_crc32: "00000010".into(), ..want() };
-        let cases: [(String, &[u16], Init, bool); 5] = [
+        let cases: [(String, &[u16], Init, bool); 8] = [
+            (format!("{INIT}\n{CLOSED}\n{FAILED}\n"), &[400], want(), false),
+            (format!("{INIT}\n{CLOSED}\n{CLOSED}\n"), &[200], want(), false),
+            (format!("{INIT}\n{}\n", CLOSED.replace("INFO", "ERROR")), &[200], want(), false),
             (format!("{INIT}\n{extra}\n{FAILED}\n"), &[200, 400], want(), false),
             (format!("{INIT}\n{body}\n"), &[400], want(), false),
             (format!("{INIT}\n"), &[400], want(), false),

@@ -9,6 +9,7 @@ mod gate;
 mod logs;
 mod measure;
 mod package;
+mod preflight;
 mod sam;
 
 use crate::util::{self, mb};
@@ -36,8 +37,11 @@ enum Command {
     /// Cold starts with the page cache dropped before each (root): init and first queries,
     /// lazy index against FRAUD_PREFAULT=1, alternated.
     ColdStart(measure::cold::Args),
-    /// `sam build`, then `sam local invoke` of sample events in Docker (stand-in base image).
+    /// `sam build`, then `sam local invoke` of sample events in Docker (stand-in base image
+    /// under a private tag) and `sam local start-api` on loopback.
     SamLocal(measure::sam_local::Args),
+    /// Before `sam deploy`: the account's concurrency and the ReservedConcurrency it allows.
+    Preflight,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -55,5 +59,6 @@ pub fn run(args: Args) -> Result<()> {
         }
         Some(Command::ColdStart(a)) => measure::cold::run(a),
         Some(Command::SamLocal(a)) => measure::sam_local::run(a),
+        Some(Command::Preflight) => preflight::run(),
     }
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Requests per second offered through HAProxy (at least 600).
-    #[arg(long, default_value_t = 900)]
+    /// Requests per second offered through HAProxy (at least 600; default the final's peak).
+    #[arg(long, default_value_t = super::SMOKE_RATE)]
     rate: u32,
     /// Length of each victim's load in seconds (at least 30).
     #[arg(long, default_value_t = 30)]

@@ -39,6 +39,10 @@ impl Container {
     pub fn limit_mb(&self) -> f64 {
         util::mb(self.after.memory_limit)
     }
+    /// CFS periods in which the container's quota ran out during the run.
+    pub fn throttled(&self) -> u64 {
+        self.after.nr_throttled.saturating_sub(self.before.nr_throttled)
+    }
     pub fn oom_kills(&self) -> u64 {
         self.after.oom_kill.saturating_sub(self.before.oom_kill)
     }
@@ -226,8 +230,7 @@ pub fn load_run(config: &str, compose: &Compose, shape: Shape, keep: bool) -> Re
         let (svc, cpus, cpu, peak, limit) =
             (&c.service, c.cpus, c.cpu_s(), c.peak_mb(), c.limit_mb());
         let per = run.cpu_us_per_request(svc).unwrap_or(0.0);
-        let (throttled, restarts) =
-            (c.after.nr_throttled.saturating_sub(c.before.nr_throttled), c.restarts);
+        let (throttled, restarts) = (c.throttled(), c.restarts);
         log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {throttled}  peak {peak:.1} of {limit:.0} MB  restarts {restarts}");
     }
     Ok(run)

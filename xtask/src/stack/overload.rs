@@ -1,4 +1,5 @@
-//! `cargo xtask stack overload`: 3x the contest peak for 10 s, then recovery (docs/RESILIENCE.md).
+//! `cargo xtask stack overload`: 3x the contest peak (the final's, 1,130 req/s) for 10 s, then
+//! recovery (docs/RESILIENCE.md).
 //! k6 (`k6/resilience.js`, steady) offers the peak for the whole run, with count, errors and
 //! p99 per second; after `--before` s, wrk (`k6/wrk-post.lua`: each connection waits
 //! `--wrk-delay-ms` before each request) adds about 2x the peak for `--over` s (k6 alone cannot
@@ -30,7 +31,7 @@ enum Generator {
 #[derive(clap::Args)]
 pub struct Args {
     /// The contest peak (req/s): k6's steady rate; the overload offers 3x this in all.
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = super::SMOKE_RATE)]
     rate: u32,
     /// Seconds at the peak rate before the overload.
     #[arg(long, default_value_t = 10)]
@@ -44,8 +45,8 @@ pub struct Args {
     /// Who offers the overload.
     #[arg(long, value_enum, default_value = "wrk")]
     generator: Generator,
-    /// wrk connections during the overload (each paced by --wrk-delay-ms).
-    #[arg(long, default_value_t = 22)]
+    /// wrk connections during the overload (each paced by --wrk-delay-ms: up to 100 req/s each).
+    #[arg(long, default_value_t = 28)]
     wrk_connections: u32,
     /// Pause of each wrk connection before each request.
     #[arg(long, default_value_t = 10)]

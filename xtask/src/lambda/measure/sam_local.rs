@@ -1,14 +1,20 @@
 //! `cargo xtask lambda sam-local`: `sam build`, then `sam local invoke` of sample events in Docker
-//! against a stand-in for the Lambda base image built from this machine's files (busybox-static
-//! and the glibc runtime, laid out by docker/lambda-base/Dockerfile; no registry).
+//! and `sam local start-api` on loopback (`GET /ready` and one `POST /fraud-score`), against a
+//! stand-in for the Lambda base image built from this machine's files (busybox-static and the
+//! glibc runtime, laid out by docker/lambda-base/Dockerfile; no registry) under a private tag,
+//! [`STAND_IN`], passed with `--invoke-image`: never under AWS's public name, which would shadow
+//! the real image for every project (images of that name the project built earlier are removed).
+//! `--pull-base` uses AWS's real image instead, where a registry answers. start-api serves a copy
+//! of the built template with two HttpApi events (`.aws-sam/build/template-start-api.yaml`):
+//! the deployed template keeps its one endpoint.
 
 use super::super::events::{self, Answer, Case};
 use super::super::sam::{Tools, FUNCTION};
-use crate::util::{self, log, ScratchImage};
+use crate::util::{self, cmd, log, ScratchImage};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,6 +29,58 @@ pub struct Args {
     /// Rebuild the stand-in base image even if one exists.
     #[arg(long)]
     rebuild_image: bool,
+    /// Pull AWS's base image (needs a registry that answers) instead of the stand-in.
+    #[arg(long)]
+    pull_base: bool,
+}
+
+/// The stand-in's tag, and AWS's public base image of provided.al2023 on x86_64.
+pub const STAND_IN: &str = "fraud-lambda-base:local";
+const PUBLIC: &str = "public.ecr.aws/lambda/provided:al2023-x86_64";
+
+/// What `sam local invoke|start-api` are told of the base image: the stand-in, never pulled, or
+/// (`pull`) sam's default, AWS's image pulled.
+fn base_args(pull: bool) -> &'static [&'static str] {
+    if pull {
+        &[]
+    } else {
+        &["--skip-pull-image", "--invoke-image", STAND_IN]
+    }
+}
+
+/// An image's `docker history` (newest layer first) is the project's stand-in, or built on it
+/// (sam's derived `rapid` image): its one base layer is a directory copied into scratch.
+fn built_here(history: &str) -> bool {
+    history
+        .lines()
+        .last()
+        .is_some_and(|l| l.contains("COPY dir:") && l.trim_end().ends_with(" in /"))
+}
+
+/// The images under AWS's public repository name that the project built; removed when `remove`.
+fn public_name_images(remove: bool) -> Result<Vec<String>> {
+    let repo = PUBLIC.split(':').next().unwrap_or(PUBLIC);
+    let tags =
+        util::read(&cmd!("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", repo))?;
+    let mut ours = Vec::new();
+    for tag in tags.lines().filter(|t| !t.ends_with(":<none>")) {
+        let history = util::read(&cmd!(
+            "docker",
+            "history",
+            "--no-trunc",
+            "--format",
+            "{{.CreatedBy}}",
+            tag
+        ))?;
+        if built_here(&history) {
+            if remove {
+                log!("removing {tag}: built here under AWS's public name by an earlier version of this command");
+                util::run(&cmd!("docker", "image", "rm", tag).stdout_null())?;
+            }
+            ours.push(tag.to_string());
+        }
+    }
+    Ok(ours)
 }
 
 #[derive(Serialize)]
@@ -36,7 +94,12 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     let tools = Tools::ensure()?;
     util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
-    stand_in_image(a.rebuild_image)?;
+    public_name_images(true)?;
+    match a.pull_base {
+        true => util::run(&cmd!("docker", "pull", PUBLIC))
+            .context("--pull-base: no registry answers; leave it out to use the stand-in")?,
+        false => stand_in_image(a.rebuild_image)?,
+    }
     let sha = util::sha256_file(&tools.build()?)?;
     let (cases, log) = (events::cases()?, util::xtask_dir("lambda")?.join("sam-local.log"));
     let mut results = Vec::new();
@@ -44,9 +107,8 @@ pub fn run(a: Args) -> Result<()> {
         let case = (cases.iter().find(|c| &c.event == event))
             .with_context(|| format!("{event} is not in events/expected.tsv"))?;
         let path = events::events_dir().join(event).display().to_string();
-        let fixed = "--skip-pull-image --template .aws-sam/build/template.yaml --event";
-        let args: Vec<&str> =
-            ["local", "invoke", FUNCTION].into_iter().chain(fixed.split(' ')).collect();
+        let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
+        let args = [&fixed[..], base_args(a.pull_base), &["--event"]].concat();
         let out = util::read(&tools.sam(&[&args[..], &[&path]].concat()).stderr_path(&log));
         let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
         let out = out.and_then(|out| Answer::parse(out.trim().as_bytes()));
@@ -56,9 +118,83 @@ pub fn run(a: Args) -> Result<()> {
         results.push(Invoked { event: event.clone(), ok, detail });
     }
     let (passed, n) = (results.iter().filter(|r| r.ok).count(), results.len());
+    let api = start_api(&tools, a.pull_base);
+    let api_ok = api.is_ok();
+    let api = api.unwrap_or_else(|e| format!("FAILED: {e:#}"));
+    let shadows = public_name_images(false)?;
     let s = t.elapsed().as_secs_f64();
-    let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}), {s:.0} s");
-    util::verdict("lambda sam-local", passed == n, &figures, &results)
+    let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}); sam local start-api: {api}; images the project built under AWS's public name: {}; {s:.0} s", shadows.len());
+    let ok = passed == n && api_ok && shadows.is_empty();
+    util::verdict(
+        "lambda sam-local",
+        ok,
+        &figures,
+        &serde_json::json!({"invoked": results, "start_api": api}),
+    )
+}
+
+/// `sam local start-api` on a free loopback port with the built template plus two HttpApi
+/// events: `GET /ready` must answer 200, a `POST /fraud-score` 200 with a decision.
+fn start_api(tools: &Tools, pull: bool) -> Result<String> {
+    let build = util::root().join(".aws-sam/build");
+    let mut t: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(build.join("template.yaml"))?)?;
+    let route = |path: &str, method: &str| serde_json::json!({"Type": "HttpApi", "Properties": {"Path": path, "Method": method}});
+    let events = serde_json::json!({"Score": route("/fraud-score", "POST"), "Ready": route("/ready", "GET")});
+    t["Resources"][FUNCTION]["Properties"]["Events"] = yaml_serde::to_value(events)?;
+    let template = build.join("template-start-api.yaml");
+    std::fs::write(&template, yaml_serde::to_string(&t)?)?;
+    let port = super::super::emulator::free_port()?.port().to_string();
+    let fixed = ["local", "start-api", "--host", "127.0.0.1", "--port", &port, "--template"];
+    let args = [&fixed[..], &[template.to_str().context("path")?], base_args(pull)].concat();
+    let log = util::xtask_dir("lambda")?.join("start-api.log");
+    let sam = util::to_log(tools.sam(&args), &log).unchecked().start()?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(60)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let answer =
+        |r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| -> Result<(u16, String)> {
+            let mut r = r?;
+            Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
+        };
+    let ready = util::poll(
+        "sam local start-api: GET /ready",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || {
+            Ok(match answer(agent.get(&url("/ready")).call()) {
+                Ok((200, body)) => Ok(body),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    );
+    let payload = std::fs::read(util::root().join("events/payloads/legit.json"))?;
+    let scored = ready.as_ref().ok().map(|_| {
+        answer(
+            agent
+                .post(&url("/fraud-score"))
+                .header("content-type", "application/json")
+                .send(&payload[..]),
+        )
+    });
+    // SIGINT: sam stops the containers it started.
+    for pid in sam.pids() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::SIGINT,
+        );
+    }
+    let _ = sam.wait();
+    let (ready, (status, body)) = (ready?, scored.context("no /ready")??);
+    anyhow::ensure!(
+        status == 200 && body.contains("\"approved\""),
+        "POST /fraud-score answered {status} {body} (log {})",
+        log.display()
+    );
+    Ok(format!("GET /ready 200 {ready}, POST /fraud-score {status} {body} on 127.0.0.1:{port}"))
 }
 
 /// `status body` of an answer that meets `case`, or why not.
@@ -67,11 +203,9 @@ fn judge(case: &Case, answer: Result<Answer, String>) -> Result<String, String> 
     a.mismatch(case).map_or_else(|| Ok(format!("{} {}", a.status, a.body)), Err)
 }
 
-/// Builds the stand-in for the Lambda base image unless it exists (`LAMBDA_BASE_IMAGE`, default
-/// the public name, so that `sam local invoke --skip-pull-image` finds it).
+/// Builds the stand-in for the Lambda base image, [`STAND_IN`], unless it exists.
 fn stand_in_image(rebuild: bool) -> Result<()> {
-    let image = std::env::var("LAMBDA_BASE_IMAGE")
-        .unwrap_or_else(|_| "public.ecr.aws/lambda/provided:al2023-x86_64".into());
+    let image = STAND_IN;
     let inspect = duct::cmd!("docker", "image", "inspect", &image).stdout_null().stderr_null();
     if inspect.unchecked().run()?.status.success() && !rebuild {
         log!("base image {image} exists (--rebuild-image to rebuild)");
@@ -117,7 +251,7 @@ fn stand_in_image(rebuild: bool) -> Result<()> {
     archive.set_preserve_permissions(true);
     archive.unpack(ctx.join("rootfs"))?;
     std::fs::remove_file(ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &base.join("Dockerfile"), &image)?;
+    util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
     Ok(())
 }
@@ -148,5 +282,13 @@ mod tests {
         );
         assert!(judge(&case, answer(503, r#"{"ready":false}"#)).unwrap_err().contains("got 503"));
         assert_eq!(judge(&case, Err("no answer".into())), Err("no answer".into()));
+        assert_eq!(
+            base_args(false),
+            ["--skip-pull-image", "--invoke-image", "fraud-lambda-base:local"]
+        );
+        assert!(base_args(true).is_empty());
+        let stand_in = "/bin/sh -c #(nop)  ENTRYPOINT [\"/lambda-entrypoint.sh\"]\n/bin/sh -c #(nop) COPY dir:ed58 in / \n";
+        let aws = "/bin/sh -c #(nop)  ENTRYPOINT [\"/lambda-entrypoint.sh\"]\n/bin/sh -c #(nop) ADD file:9a1 in / \n";
+        assert_eq!([built_here(stand_in), built_here(aws), built_here("")], [true, false, false]);
     }
 }

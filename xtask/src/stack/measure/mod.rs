@@ -178,14 +178,21 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
     let cells =
         |f: &dyn Fn(&str) -> Option<f64>| columns.iter().map(|c| cell(f(c))).collect::<Vec<_>>();
     let cpu = |f: &dyn Fn(&str) -> Option<f64>| cells(f).join(" | ");
-    let mut t = format!("| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {head} |\n{}", rule(10));
+    let services = &columns[..columns.len() - 1];
+    let throttled = |r: &LoadRun| {
+        let of = |s: &String| r.containers.iter().find(|c| &c.service == s);
+        util::list(services, |s| of(s).map_or("-".into(), |c| c.throttled().to_string()))
+            .replace(", ", " | ")
+    };
+    let mut t = format!("| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {head} | throttled {} |\n{}", services.join(" | "), rule(10 + services.len()));
     for (i, r) in runs.iter().enumerate() {
         let (s, st, k6::Trend { med, p99 }) = (&r.summary, &r.started, r.summary.latency());
         let (config, load, n, score, a) =
             (&r.config, &r.load_before, s.requests, s.final_score, &s.answers);
         let (errors, fp, fn_, cpu) = (a.errors, a.fp, a.fn_, cpu(&|c| cpu_of(r, c)));
         let time = format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]);
-        t += &format!("| {} | {config} | {time} | {load} | {n} | {med:.3} | {p99:.3} | {score:.1} | {errors} | {fp} / {fn_} | {cpu} |\n", i + 1);
+        let throttled = throttled(r);
+        t += &format!("| {} | {config} | {time} | {load} | {n} | {med:.3} | {p99:.3} | {score:.1} | {errors} | {fp} / {fn_} | {cpu} | {throttled} |\n", i + 1);
     }
     // The reference: the bound (what the stack costs without the scorer) when the batch has it,
     // else the floor.
@@ -289,7 +296,7 @@ fn markdown(
          Configurations: {described}.  \n\
          Runs alternate (one of each configuration per round). CPU per request is each container's \
          cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
-         run's containers.\n\n\
+         run's containers; throttled: CFS periods in which a container's quota ran out (nr_throttled).\n\n\
          {table}\n{failed}\n\
          ![offered rate and per-second p50/p99 per configuration]({svg})\n"
     )
@@ -308,11 +315,11 @@ fn judge(runs: &[LoadRun], failed: &[String]) -> Vec<String> {
 }
 
 fn figures(configs: &[Configuration], runs: &[LoadRun], md: &str, problems: &[String]) -> String {
-    let each = util::list(configs, |c| {
-        let p99 = median(runs_of(runs, c.name()).map(|r| r.summary.latency().p99).collect());
-        format!("{} p99 median {p99:.3} ms", c.name())
-    });
-    format!("{each} ({} runs, {md}){}", runs.len(), util::problems_suffix(problems))
+    let p99 = |name: &str| median(runs_of(runs, name).map(|r| r.summary.latency().p99).collect());
+    let each = util::list(configs, |c| format!("{} p99 median {:.3} ms", c.name(), p99(c.name())));
+    let ratio = Some(p99("stack") / p99("bound")).filter(|r| r.is_finite());
+    let ratio = ratio.map_or(String::new(), |r| format!(", stack / bound p99 {r:.2}x"));
+    format!("{each}{ratio} ({} runs, {md}){}", runs.len(), util::problems_suffix(problems))
 }
 
 #[cfg(test)]
@@ -359,17 +366,18 @@ mod tests {
     #[test]
     fn tables_problems_and_figures_of_a_batch() {
         let configs = configs("--config stack --external peer=/p/c.yml").unwrap();
-        let runs = [
+        let mut runs = [
             run_of("stack", &[("haproxy", 80), ("api1", 40), ("api2", 45)]),
             run_of("peer", &[("api1", 60), ("api2", 70), ("lb", 10)]),
         ];
+        runs[0].containers[2].after.nr_throttled = 3;
         assert_eq!(service_columns(&runs), ["haproxy", "api1", "api2", "lb", "all"]);
         assert_eq!((cpu_of(&runs[1], "haproxy"), cpu_of(&runs[1], "all")), (None, Some(140.0)));
         let t = tables(&configs, &runs);
         for want in [
-            "| CPU us/request haproxy | api1 | api2 | lb | all |",
-            "| 0 / 0 | 80 | 40 | 45 | - | 165 |",
-            "| 0 / 0 | - | 60 | 70 | 10 | 140 |",
+            "| CPU us/request haproxy | api1 | api2 | lb | all | throttled haproxy | api1 | api2 | lb |",
+            "| 0 / 0 | 80 | 40 | 45 | - | 165 | 0 | 0 | 3 | - |",
+            "| 0 / 0 | - | 60 | 70 | 10 | 140 | - | 0 | 0 | 0 |",
             "| peer | 1 | 0.400 | 0.900 | - | 6000.0 | - | 60 | 70 | 10 | 140 |",
         ] {
             assert!(t.contains(want), "{want}: {t}");
@@ -386,5 +394,8 @@ mod tests {
             figures(&configs, &runs, "b.md", &failed),
             "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready"
         );
+        let pair = [run_of("bound", &[]), run_of("stack", &[])];
+        let f = figures(&configs("--config bound --config stack").unwrap(), &pair, "m", &[]);
+        assert!(f.contains("stack p99 median 0.900 ms, stack / bound p99 1.00x (2 runs"), "{f}");
     }
 }

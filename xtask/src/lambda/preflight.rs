@@ -1,0 +1,83 @@
+//! `cargo xtask lambda preflight`: before `sam deploy`, the account's concurrency as
+//! `aws lambda get-account-settings` reads it, and which `ReservedConcurrency` values
+//! template.yaml may take there ([`advice`]: AWS keeps 100 executions unreserved, so a
+//! reservation of N needs N <= unreserved - 100; -1, the default, reserves nothing and always
+//! deploys). Without the aws CLI or credentials it says so and fails, with the command to run by
+//! hand. The CLI never looks for credentials on the instance-metadata address.
+
+use crate::util::{self, log};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// `AccountLimit` of `aws lambda get-account-settings`.
+#[derive(Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "PascalCase")]
+pub struct Limit {
+    pub concurrent_executions: u64,
+    pub unreserved_concurrent_executions: u64,
+}
+
+const BY_HAND: &str = "aws lambda get-account-settings --query AccountLimit";
+
+/// The largest reservation the account allows (`None`: none, only -1 deploys) and the advice.
+pub fn advice(l: &Limit) -> (Option<u64>, String) {
+    let (limit, unreserved) = (l.concurrent_executions, l.unreserved_concurrent_executions);
+    let max = unreserved.checked_sub(100).filter(|m| *m >= 1);
+    let text = match max {
+        Some(m) => format!("ReservedConcurrency -1 (the default, no cap) or 1..={m} (`sam deploy --parameter-overrides ReservedConcurrency=N`; 0 stops all traffic)"),
+        None => format!("ReservedConcurrency -1 only (the default, no cap): a reservation of N needs {} unreserved, this account has {unreserved} of {limit} (raise the limit through Service Quotas to cap the function)", "100 + N"),
+    };
+    (max, format!("account limit {limit}, unreserved {unreserved}: {text}"))
+}
+
+/// Whether `aws configure list` names an access key.
+fn has_credentials(list: &str) -> bool {
+    let key = list.lines().find(|l| l.trim_start().starts_with("access_key"));
+    key.is_some_and(|l| !l.contains("<not set>"))
+}
+
+pub fn run() -> Result<()> {
+    let aws = |args: &[&str]| duct::cmd("aws", args).env("AWS_EC2_METADATA_DISABLED", "true");
+    if aws(&["--version"]).stdout_null().stderr_null().unchecked().run().is_err() {
+        bail!("lambda preflight: no aws CLI here; install it and run `{BY_HAND}` by hand");
+    }
+    let list = util::read(&aws(&["configure", "list"]).stderr_to_stdout()).unwrap_or_default();
+    if !has_credentials(&list) {
+        bail!("lambda preflight: the aws CLI has no credentials here (`aws configure list`); configure them and run `{BY_HAND}` by hand");
+    }
+    log!("asking the account: {BY_HAND}");
+    let json = util::read(&aws(&["lambda", "get-account-settings", "--output", "json"]))?;
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Settings {
+        account_limit: Limit,
+    }
+    let s: Settings = serde_json::from_str(&json).context("get-account-settings")?;
+    let (_, figures) = advice(&s.account_limit);
+    util::verdict("lambda preflight", true, &figures, &s.account_limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_reservations_an_account_allows() {
+        let limit = |c, u| Limit { concurrent_executions: c, unreserved_concurrent_executions: u };
+        for ((c, u), max) in
+            [((10, 10), None), ((100, 100), None), ((101, 101), Some(1)), ((1000, 900), Some(800))]
+        {
+            assert_eq!(advice(&limit(c, u)).0, max, "{c} {u}");
+        }
+        assert!(advice(&limit(10, 10))
+            .1
+            .contains("account limit 10, unreserved 10: ReservedConcurrency -1 only"));
+        assert!(advice(&limit(1000, 1000)).1.contains("or 1..=900"));
+        let unset = "      Name   Value   Type  Location\n access_key     <not set>   None  None\n";
+        let set = " access_key     ****************ABCD shared-credentials-file\n";
+        assert_eq!(
+            [has_credentials(unset), has_credentials(set), has_credentials("")],
+            [false, true, false]
+        );
+    }
+}
