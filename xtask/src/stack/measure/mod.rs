@@ -395,7 +395,9 @@ mod tests {
             "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready"
         );
         let pair = [run_of("bound", &[]), run_of("stack", &[])];
-        let f = figures(&configs("--config bound --config stack").unwrap(), &pair, "m", &[]);
+        let both =
+            Configuration::all(&crate::stack::parse("--config bound --config stack").unwrap());
+        let f = figures(&both.unwrap(), &pair, "m", &[]);
         assert!(f.contains("stack p99 median 0.900 ms, stack / bound p99 1.00x (2 runs"), "{f}");
     }
 }
