@@ -6,7 +6,7 @@
 //! hand. The CLI never looks for credentials on the instance-metadata address.
 
 use crate::util::{self, log};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// `AccountLimit` of `aws lambda get-account-settings`.
@@ -38,12 +38,17 @@ fn has_credentials(list: &str) -> bool {
 
 pub fn run() -> Result<()> {
     let aws = |args: &[&str]| duct::cmd("aws", args).env("AWS_EC2_METADATA_DISABLED", "true");
+    let fail = |why: &str| {
+        let figures =
+            format!("{why}; run `{BY_HAND}` by hand, then see docs/LAMBDA.md, \"Deploy\"");
+        util::verdict("lambda preflight", false, &figures, &())
+    };
     if aws(&["--version"]).stdout_null().stderr_null().unchecked().run().is_err() {
-        bail!("lambda preflight: no aws CLI here; install it and run `{BY_HAND}` by hand");
+        return fail("no aws CLI here");
     }
     let list = util::read(&aws(&["configure", "list"]).stderr_to_stdout()).unwrap_or_default();
     if !has_credentials(&list) {
-        bail!("lambda preflight: the aws CLI has no credentials here (`aws configure list`); configure them and run `{BY_HAND}` by hand");
+        return fail("the aws CLI has no credentials here (`aws configure list`)");
     }
     log!("asking the account: {BY_HAND}");
     let json = util::read(&aws(&["lambda", "get-account-settings", "--output", "json"]))?;

@@ -153,34 +153,18 @@ pub fn rules(yaml: &str) -> Result<Report> {
 /// lowercase path components, a tag or a digest given; returns whether it has the digest.
 pub fn reference(image: &str) -> Option<bool> {
     let (rest, digest) = image.split_once('@').map_or((image, None), |(r, d)| (r, Some(d)));
-    let hex = |d: &str| {
-        d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    let host = |h: &&str| h.contains(['.', ':']) || *h == "localhost";
+    let path = rest.split_once('/').filter(|(h, _)| host(h)).map_or(rest, |(_, p)| p);
+    let (path, tag) = path.split_once(':').map_or((path, None), |(p, t)| (p, Some(t)));
+    let chars = |s: &str, more: &[u8]| {
+        let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || more.contains(&b);
+        !s.is_empty() && s.bytes().all(ok)
     };
-    if digest.is_some_and(|d| !d.strip_prefix("sha256:").is_some_and(hex)) {
-        return None;
-    }
-    let slash = rest.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match rest[slash..].split_once(':') {
-        Some((_, t)) => (&rest[..rest.len() - t.len() - 1], Some(t)),
-        None => (rest, None),
-    };
-    let tag_ok = tag.is_none_or(|t| {
-        !t.is_empty()
-            && t.len() <= 128
-            && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    });
-    let mut parts: Vec<&str> = name.split('/').collect();
-    if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
-        parts.remove(0);
-    }
-    let part_ok = |p: &&str| {
-        let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        p.bytes().next().is_some_and(ok)
-            && p.bytes().last().is_some_and(ok)
-            && p.bytes().all(|b| ok(b) || b"._-".contains(&b))
-    };
-    (tag_ok && (tag.is_some() || digest.is_some()) && parts.iter().all(part_ok))
-        .then_some(digest.is_some())
+    let hex = |d: &str| d.len() == 64 && chars(d, b"") && d.bytes().all(|b| b.is_ascii_hexdigit());
+    let ok = chars(path, b"._-/")
+        && tag.is_none_or(|t| t.len() <= 128 && chars(&t.to_ascii_lowercase(), b"._-"))
+        && digest.is_none_or(|d| d.strip_prefix("sha256:").is_some_and(hex));
+    (ok && (tag.is_some() || digest.is_some())).then_some(digest.is_some())
 }
 
 /// The submission's own rules on `yaml` (`docker compose config`): every image pinned by digest,
