@@ -21,7 +21,8 @@ use std::borrow::Cow;
 /// Parses `text` if it has the plain shape, else `None`.
 pub(super) fn parse(text: &str) -> Option<Payload<'_>> {
     let mut c = Cursor { s: text, i: 0 };
-    let p = c.payload()?;
+    let mut p = Payload::default();
+    c.payload(&mut p)?;
     c.ws();
     (c.i == text.len()).then_some(p)
 }
@@ -51,47 +52,9 @@ fn stop(b: &[u8]) -> Option<usize> {
         .map(|p| i + p)
 }
 
-/// `-?digits[.digits]` with at most 15 digits in all and no exponent, as the double nearest to
-/// it: the digits are an exact integer m < 2^53 and 10^k (k <= 15) is exact too, so m / 10^k is
-/// one correctly rounded division (Clinger's fast path), the same double the standard library
-/// gives. `None` for anything else (the caller then uses the standard library).
-fn exact_decimal(b: &[u8]) -> Option<f64> {
-    const POW10: [f64; 16] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-    ];
-    let (negative, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, b),
-    };
-    let (mut m, mut n, mut frac) = (0u64, 0usize, None);
-    for (i, &c) in digits.iter().enumerate() {
-        match c {
-            b'0'..=b'9' if n < 15 => {
-                m = m * 10 + (c - b'0') as u64;
-                n += 1;
-            }
-            b'.' => frac = Some(digits.len() - i - 1),
-            _ => return None, // another character, or a 16th digit
-        }
-    }
-    let v = m as f64 / POW10[frac.unwrap_or(0)];
-    Some(if negative { -v } else { v })
-}
-
 struct Cursor<'a> {
     s: &'a str,
     i: usize,
-}
-
-/// Which fields of an object were seen, one bit each (a second time means give up).
-struct Seen(u32);
-
-impl Seen {
-    fn first(&mut self, bit: u32) -> Option<()> {
-        let fresh = self.0 & (1 << bit) == 0;
-        self.0 |= 1 << bit;
-        fresh.then_some(())
-    }
 }
 
 impl<'a> Cursor<'a> {
@@ -130,46 +93,67 @@ impl<'a> Cursor<'a> {
     }
 
     /// A number in JSON's grammar, `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`, finite.
+    /// One pass gathers the digits: with at most 15 of them and no exponent the value is one
+    /// correctly rounded division (Clinger's fast path: the digits are an exact integer below
+    /// 2^53, and 10^k for k <= 15 is exact too), the same double the standard library gives;
+    /// anything else goes through the standard library.
     fn number(&mut self) -> Option<f64> {
+        const POW10: [f64; 16] = [
+            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+        ];
         self.ws();
         let b = self.bytes();
         let start = self.i;
         let mut i = start;
-        let digits = |i: &mut usize| {
+        let negative = b.get(i) == Some(&b'-');
+        i += negative as usize;
+        // The digits so far (the first 15 in `m`) and how many.
+        let (mut m, mut n) = (0u64, 0usize);
+        let digits = |i: &mut usize, m: &mut u64, n: &mut usize| {
             let from = *i;
-            while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            while let Some(&c) = b.get(*i).filter(|c| c.is_ascii_digit()) {
+                if *n < 15 {
+                    *m = *m * 10 + (c - b'0') as u64;
+                }
+                *n += 1;
                 *i += 1;
             }
-            *i > from
+            *i - from
         };
-        if b.get(i) == Some(&b'-') {
-            i += 1;
-        }
         match b.get(i)? {
-            b'0' => i += 1,
+            b'0' => {
+                i += 1;
+                n = 1;
+            }
             b'1'..=b'9' => {
-                digits(&mut i);
+                digits(&mut i, &mut m, &mut n);
             }
             _ => return None,
         }
+        let mut frac = 0;
         if b.get(i) == Some(&b'.') {
             i += 1;
-            if !digits(&mut i) {
+            frac = digits(&mut i, &mut m, &mut n);
+            if frac == 0 {
                 return None;
             }
         }
+        let mut exponent = false;
         if matches!(b.get(i), Some(b'e' | b'E')) {
+            exponent = true;
             i += 1;
             if matches!(b.get(i), Some(b'+' | b'-')) {
                 i += 1;
             }
-            if !digits(&mut i) {
+            // Exponent digits are not the mantissa's: the standard library reads this one.
+            if digits(&mut i, &mut 0, &mut 0) == 0 {
                 return None;
             }
         }
         self.i = i;
-        if let Some(v) = exact_decimal(&b[start..i]) {
-            return Some(v);
+        if !exponent && n <= 15 {
+            let v = m as f64 / POW10[frac];
+            return Some(if negative { -v } else { v });
         }
         let v: f64 = self.s[start..i].parse().ok()?;
         v.is_finite().then_some(v)
@@ -205,145 +189,139 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// An object: `field(cursor, key)` reads the value of each key.
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+    /// An object whose known keys are `keys`: `field(cursor, k)` reads the value of each key,
+    /// `k` its index in `keys` (`None` for an unknown key, whose value must be a scalar). Keys
+    /// usually come in the order of `keys`, so the next one is tried first with one comparison
+    /// of the text; a known key seen twice gives up. Returns whether every known key was seen.
+    fn object(
+        &mut self,
+        keys: &[&str],
+        mut field: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<bool> {
         self.eat(b'{')?;
         self.ws();
         if self.peek()? == b'}' {
             self.i += 1;
-            return Some(());
+            return Some(keys.is_empty());
         }
+        let (mut next, mut seen) = (0, 0u32);
         loop {
-            let key = self.string()?;
+            self.ws();
+            let k = match keys.get(next) {
+                Some(want) if self.quoted(want) => Some(next),
+                _ => {
+                    let key = self.string()?;
+                    keys.iter().position(|k| *k == key)
+                }
+            };
             self.eat(b':')?;
-            field(self, key)?;
+            match k {
+                Some(k) => {
+                    if seen & (1 << k) != 0 {
+                        return None;
+                    }
+                    seen |= 1 << k;
+                    next = k + 1;
+                    field(self, k)?;
+                }
+                None => self.skip()?,
+            }
             self.ws();
             match self.peek()? {
                 b',' => self.i += 1,
                 b'}' => {
                     self.i += 1;
-                    return Some(());
+                    return Some(seen == (1 << keys.len()) - 1);
                 }
                 _ => return None,
             }
         }
     }
 
-    fn payload(&mut self) -> Option<Payload<'a>> {
-        let (mut id, mut last) = (None, None);
-        let (mut tx, mut customer, mut merchant, mut terminal) = (None, None, None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "id" => {
-                    seen.first(0)?;
-                    id = if c.literal("null") {
+    /// Takes `"key"` if the text continues with exactly that.
+    fn quoted(&mut self, key: &str) -> bool {
+        let n = key.len();
+        let hit = match self.bytes().get(self.i..self.i + n + 2) {
+            Some([b'"', body @ .., b'"']) => body.iter().zip(key.as_bytes()).all(|(a, b)| a == b),
+            _ => false,
+        };
+        if hit {
+            self.i += n + 2;
+        }
+        hit
+    }
+
+    /// The request, written into `p` field by field (no moves of the large parts). `id` and
+    /// `last_transaction` may be missing, as in the serde path.
+    fn payload(&mut self, p: &mut Payload<'a>) -> Option<()> {
+        const KEYS: [&str; 6] = [
+            "transaction",
+            "customer",
+            "merchant",
+            "terminal",
+            "id",
+            "last_transaction",
+        ];
+        let mut required = 0u32;
+        self.object(&KEYS, |c, k| {
+            required |= 1 << k;
+            match k {
+                0 => c.transaction(&mut p.transaction),
+                1 => c.customer(&mut p.customer),
+                2 => c.merchant(&mut p.merchant),
+                3 => c.terminal(&mut p.terminal),
+                4 => {
+                    p.id = if c.literal("null") {
                         None
                     } else {
                         Some(BorrowedStr(Cow::Borrowed(c.string()?)))
                     };
+                    Some(())
                 }
-                "transaction" => {
-                    seen.first(1)?;
-                    tx = Some(c.transaction()?);
+                _ => {
+                    if !c.literal("null") {
+                        c.last_transaction(p.last_transaction.insert(Default::default()))?;
+                    }
+                    Some(())
                 }
-                "customer" => {
-                    seen.first(2)?;
-                    customer = Some(c.customer()?);
-                }
-                "merchant" => {
-                    seen.first(3)?;
-                    merchant = Some(c.merchant()?);
-                }
-                "terminal" => {
-                    seen.first(4)?;
-                    terminal = Some(c.terminal()?);
-                }
-                "last_transaction" => {
-                    seen.first(5)?;
-                    last = if c.literal("null") {
-                        None
-                    } else {
-                        Some(c.last_transaction()?)
-                    };
-                }
-                _ => c.skip()?,
+            }
+        })?;
+        (required & 0b1111 == 0b1111).then_some(())
+    }
+
+    fn transaction(&mut self, t: &mut Transaction<'a>) -> Option<()> {
+        let all = self.object(&["amount", "installments", "requested_at"], |c, k| {
+            match k {
+                0 => t.amount = c.number()?,
+                1 => t.installments = c.number()?,
+                _ => t.requested_at = Cow::Borrowed(c.string()?),
             }
             Some(())
         })?;
-        Some(Payload {
-            id,
-            transaction: tx?,
-            customer: customer?,
-            merchant: merchant?,
-            terminal: terminal?,
-            last_transaction: last,
-        })
+        all.then_some(())
     }
 
-    fn transaction(&mut self) -> Option<Transaction<'a>> {
-        let (mut amount, mut installments, mut at) = (None, None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "amount" => {
-                    seen.first(0)?;
-                    amount = Some(c.number()?);
+    fn customer(&mut self, cu: &mut Customer<'a>) -> Option<()> {
+        let all = self.object(
+            &["avg_amount", "tx_count_24h", "known_merchants"],
+            |c, k| {
+                match k {
+                    0 => cu.avg_amount = c.number()?,
+                    1 => cu.tx_count_24h = c.number()?,
+                    _ => c.merchants(&mut cu.known_merchants)?,
                 }
-                "installments" => {
-                    seen.first(1)?;
-                    installments = Some(c.number()?);
-                }
-                "requested_at" => {
-                    seen.first(2)?;
-                    at = Some(c.string()?);
-                }
-                _ => c.skip()?,
-            };
-            Some(())
-        })?;
-        Some(Transaction {
-            amount: amount?,
-            installments: installments?,
-            requested_at: Cow::Borrowed(at?),
-        })
+                Some(())
+            },
+        )?;
+        all.then_some(())
     }
 
-    fn customer(&mut self) -> Option<Customer<'a>> {
-        let (mut avg, mut count, mut known) = (None, None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "avg_amount" => {
-                    seen.first(0)?;
-                    avg = Some(c.number()?);
-                }
-                "tx_count_24h" => {
-                    seen.first(1)?;
-                    count = Some(c.number()?);
-                }
-                "known_merchants" => {
-                    seen.first(2)?;
-                    known = Some(c.merchants()?);
-                }
-                _ => c.skip()?,
-            };
-            Some(())
-        })?;
-        Some(Customer {
-            avg_amount: avg?,
-            tx_count_24h: count?,
-            known_merchants: known?,
-        })
-    }
-
-    fn merchants(&mut self) -> Option<KnownMerchants<'a>> {
-        let mut out = KnownMerchants::new();
+    fn merchants(&mut self, out: &mut KnownMerchants<'a>) -> Option<()> {
         self.eat(b'[')?;
         self.ws();
         if self.peek()? == b']' {
             self.i += 1;
-            return Some(out);
+            return Some(());
         }
         loop {
             out.push(BorrowedStr(Cow::Borrowed(self.string()?)));
@@ -352,89 +330,45 @@ impl<'a> Cursor<'a> {
                 b',' => self.i += 1,
                 b']' => {
                     self.i += 1;
-                    return Some(out);
+                    return Some(());
                 }
                 _ => return None,
             }
         }
     }
 
-    fn merchant(&mut self) -> Option<Merchant<'a>> {
-        let (mut id, mut mcc, mut avg) = (None, None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "id" => {
-                    seen.first(0)?;
-                    id = Some(c.string()?);
-                }
-                "mcc" => {
-                    seen.first(1)?;
-                    mcc = Some(c.string()?);
-                }
-                "avg_amount" => {
-                    seen.first(2)?;
-                    avg = Some(c.number()?);
-                }
-                _ => c.skip()?,
-            };
+    fn merchant(&mut self, m: &mut Merchant<'a>) -> Option<()> {
+        let all = self.object(&["id", "mcc", "avg_amount"], |c, k| {
+            match k {
+                0 => m.id = Cow::Borrowed(c.string()?),
+                1 => m.mcc = Cow::Borrowed(c.string()?),
+                _ => m.avg_amount = c.number()?,
+            }
             Some(())
         })?;
-        Some(Merchant {
-            id: Cow::Borrowed(id?),
-            mcc: Cow::Borrowed(mcc?),
-            avg_amount: avg?,
-        })
+        all.then_some(())
     }
 
-    fn terminal(&mut self) -> Option<Terminal> {
-        let (mut online, mut present, mut km) = (None, None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "is_online" => {
-                    seen.first(0)?;
-                    online = Some(c.boolean()?);
-                }
-                "card_present" => {
-                    seen.first(1)?;
-                    present = Some(c.boolean()?);
-                }
-                "km_from_home" => {
-                    seen.first(2)?;
-                    km = Some(c.number()?);
-                }
-                _ => c.skip()?,
-            };
+    fn terminal(&mut self, t: &mut Terminal) -> Option<()> {
+        let all = self.object(&["is_online", "card_present", "km_from_home"], |c, k| {
+            match k {
+                0 => t.is_online = c.boolean()?,
+                1 => t.card_present = c.boolean()?,
+                _ => t.km_from_home = c.number()?,
+            }
             Some(())
         })?;
-        Some(Terminal {
-            is_online: online?,
-            card_present: present?,
-            km_from_home: km?,
-        })
+        all.then_some(())
     }
 
-    fn last_transaction(&mut self) -> Option<LastTransaction<'a>> {
-        let (mut at, mut km) = (None, None);
-        let mut seen = Seen(0);
-        self.object(|c, key| {
-            match key {
-                "timestamp" => {
-                    seen.first(0)?;
-                    at = Some(c.string()?);
-                }
-                "km_from_current" => {
-                    seen.first(1)?;
-                    km = Some(c.number()?);
-                }
-                _ => c.skip()?,
-            };
+    fn last_transaction(&mut self, l: &mut LastTransaction<'a>) -> Option<()> {
+        let all = self.object(&["timestamp", "km_from_current"], |c, k| {
+            match k {
+                0 => l.timestamp = Cow::Borrowed(c.string()?),
+                _ => l.km_from_current = c.number()?,
+            }
             Some(())
         })?;
-        Some(LastTransaction {
-            timestamp: Cow::Borrowed(at?),
-            km_from_current: km?,
-        })
+        all.then_some(())
     }
 }

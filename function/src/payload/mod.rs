@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use std::borrow::Cow;
 
 /// A fraud-score request.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Payload<'a> {
     #[serde(borrow, default)]
     pub id: Option<BorrowedStr<'a>>,
@@ -36,7 +36,7 @@ pub struct Payload<'a> {
     pub last_transaction: Option<LastTransaction<'a>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Transaction<'a> {
     pub amount: f64,
     pub installments: f64,
@@ -44,7 +44,7 @@ pub struct Transaction<'a> {
     pub requested_at: Cow<'a, str>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Customer<'a> {
     pub avg_amount: f64,
     pub tx_count_24h: f64,
@@ -83,7 +83,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for BorrowedStr<'a> {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Merchant<'a> {
     #[serde(borrow)]
     pub id: Cow<'a, str>,
@@ -92,14 +92,14 @@ pub struct Merchant<'a> {
     pub avg_amount: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Terminal {
     pub is_online: bool,
     pub card_present: bool,
     pub km_from_home: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LastTransaction<'a> {
     #[serde(borrow)]
     pub timestamp: Cow<'a, str>,
