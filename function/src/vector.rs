@@ -123,6 +123,47 @@ impl Timestamp {
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fff](Z|+HH:MM|-HH:MM)`; `t`/`z` and a space for `T` are
     /// accepted as RFC 3339 allows. Hour and weekday are those of the instant in UTC.
     pub fn parse(s: &str) -> Result<Timestamp, String> {
+        if let Some(t) = Timestamp::plain(s.as_bytes()) {
+            return Ok(t);
+        }
+        Timestamp::general(s)
+    }
+
+    /// The form every contest payload uses, `YYYY-MM-DDTHH:MM:SSZ` with a valid date and time,
+    /// read at fixed offsets; `None` for anything else (then [`Timestamp::general`] decides).
+    fn plain(b: &[u8]) -> Option<Timestamp> {
+        let b: &[u8; 20] = b.try_into().ok()?;
+        if b[4] != b'-'
+            || b[7] != b'-'
+            || b[10] != b'T'
+            || b[13] != b':'
+            || b[16] != b':'
+            || b[19] != b'Z'
+        {
+            return None;
+        }
+        let d = |i: usize| b[i].is_ascii_digit().then(|| (b[i] - b'0') as i64);
+        let two = |i: usize| Some(d(i)? * 10 + d(i + 1)?);
+        let year = two(0)? * 100 + two(2)?;
+        let (month, day) = (two(5)?, two(8)?);
+        let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+        if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+            return None;
+        }
+        if hour > 23 || minute > 59 || second > 59 {
+            return None;
+        }
+        let days = days_from_civil(year, month, day);
+        let whole = days * 86_400 + hour * 3600 + minute * 60 + second;
+        Some(Timestamp {
+            seconds: whole as f64,
+            hour: hour as u32,
+            weekday: (days + 3).rem_euclid(7) as u32,
+        })
+    }
+
+    /// Every RFC 3339 form [`Timestamp::parse`] accepts, with the error message for the rest.
+    fn general(s: &str) -> Result<Timestamp, String> {
         let b = s.as_bytes();
         let bad = || format!("{s:?} is not an RFC 3339 timestamp like 2026-03-11T20:23:35Z");
         let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
@@ -222,6 +263,46 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::payload::parse;
+
+    #[test]
+    fn the_plain_timestamp_path_agrees_with_the_general_one() {
+        let mut n = 0;
+        for year in [
+            0, 1, 1600, 1900, 1970, 1999, 2000, 2024, 2026, 2027, 2100, 2400, 9999,
+        ] {
+            for month in 0..=13 {
+                for day in 0..=32 {
+                    for (h, m, sec) in [
+                        (0, 0, 0),
+                        (23, 59, 59),
+                        (12, 30, 60),
+                        (24, 0, 0),
+                        (7, 60, 5),
+                    ] {
+                        let s = format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}Z");
+                        let general = Timestamp::general(&s);
+                        match Timestamp::plain(s.as_bytes()) {
+                            Some(t) => {
+                                assert_eq!(Ok(t), general, "{s}");
+                                n += 1;
+                            }
+                            // The plain path leaves leap seconds to the general one.
+                            None => assert!(general.is_err() || sec == 60, "{s}: {general:?}"),
+                        }
+                    }
+                }
+            }
+        }
+        assert!(n > 8_000, "{n} plain timestamps");
+        for other in [
+            "2026-03-11t20:23:35Z",
+            "2026-03-11T20:23:35z",
+            "2026-03-11T20:23:35.5Z",
+            "2026-03-11T20:23:35+01:00",
+        ] {
+            assert_eq!(Timestamp::plain(other.as_bytes()), None, "{other}");
+        }
+    }
 
     fn body(amount: &str, last: &str) -> String {
         format!(
