@@ -296,7 +296,11 @@ struct Pending {
 /// Per-thread buffers reused across searches (no allocation per query once warm).
 #[derive(Default)]
 struct Scratch {
-    heap: BinaryHeap<Reverse<Pending>>,
+    /// Subtrees to open, nearest bound first: `bound << 32 | i` for `pending[i]` (one integer
+    /// compare per heap step; a heap of `Pending` itself compared four fields and cost ~13 % of
+    /// a mixed vote's search, measured with perf).
+    heap: BinaryHeap<Reverse<u64>>,
+    pending: Vec<Pending>,
     parked: Vec<Pending>,
     /// All references seen with distance <= the running 5th distance.
     cands: Vec<Cand>,
@@ -324,6 +328,7 @@ fn label_bit(fraud: bool) -> u8 {
 impl Scratch {
     fn reset(&mut self, park: bool) {
         self.heap.clear();
+        self.pending.clear();
         self.parked.clear();
         self.cands.clear();
         self.best = [(i32::MAX, false); K];
@@ -439,8 +444,20 @@ impl Scratch {
             self.park_it(p);
             return false;
         }
-        self.heap.push(Reverse(p));
+        self.push(p);
         true
+    }
+
+    fn push(&mut self, p: Pending) {
+        // Bounds are at most MAX_DISTANCE < 2^31 and never negative here.
+        self.heap
+            .push(Reverse((p.bound as u64) << 32 | self.pending.len() as u64));
+        self.pending.push(p);
+    }
+
+    fn pop(&mut self) -> Option<Pending> {
+        let Reverse(key) = self.heap.pop()?;
+        Some(self.pending[(key & u32::MAX as u64) as usize])
     }
 
     fn park_it(&mut self, p: Pending) {
@@ -462,7 +479,7 @@ impl Scratch {
             if p.bound <= self.bound(p.fraud) {
                 self.parked.swap_remove(i);
                 self.stats.replayed += 1;
-                self.heap.push(Reverse(p));
+                self.push(p);
             } else {
                 let m = &mut self.parked_min[p.fraud as usize];
                 *m = (*m).min(p.bound);
@@ -563,7 +580,7 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
             prefetch_child(index, pending.child);
         }
     }
-    while let Some(Reverse(p)) = s.heap.pop() {
+    while let Some(p) = s.pop() {
         if p.bound > s.threshold() {
             break; // everything left in the heap is at least as far
         }
