@@ -203,7 +203,8 @@ pub fn load_run(config: &str, compose: &Compose, shape: Shape, keep: bool) -> Re
         problems.extend(check::check(compose, true)?.problems);
     }
     let watch = Watch::start(compose)?;
-    let (started, load_before, mode) = (util::stamp(), util::loadavg(), shape.shape.name());
+    let mode = format!("{:?}", shape.shape).to_lowercase();
+    let (started, load_before) = (util::stamp(), util::loadavg());
     let base = util::xtask_dir("stack")?.join(format!("{started}-{config}-{mode}"));
     log!("{config}: k6 {mode} run (load {load_before})");
     let k6 = k6::start("fraud-test.js", &shape.env()?, &base)?;

@@ -86,16 +86,6 @@ pub enum Kind {
     Smoke,
 }
 
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Final => "final",
-            Kind::Preview => "preview",
-            Kind::Smoke => "smoke",
-        }
-    }
-}
-
 impl Shape {
     /// k6's environment: the script's MODE and its test set (decompressed once).
     fn env(&self) -> Result<Vec<(&'static str, String)>> {

@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "wrk")]
     generator: Generator,
     /// wrk connections during the overload (each paced by --wrk-delay-ms: up to 100 req/s each).
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 26)]
     wrk_connections: u32,
     /// Pause of each wrk connection before each request.
     #[arg(long, default_value_t = 10)]

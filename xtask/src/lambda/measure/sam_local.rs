@@ -64,14 +64,8 @@ fn public_name_images(remove: bool) -> Result<Vec<String>> {
         util::read(&cmd!("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", repo))?;
     let mut ours = Vec::new();
     for tag in tags.lines().filter(|t| !t.ends_with(":<none>")) {
-        let history = util::read(&cmd!(
-            "docker",
-            "history",
-            "--no-trunc",
-            "--format",
-            "{{.CreatedBy}}",
-            tag
-        ))?;
+        let history = "history --no-trunc --format {{.CreatedBy}}".split(' ').chain([tag]);
+        let history = util::read(&duct::cmd("docker", history))?;
         if built_here(&history) {
             if remove {
                 log!("removing {tag}: built here under AWS's public name by an earlier version of this command");
