@@ -3,8 +3,10 @@
 //! an analyst can see why a transaction was denied.
 //!
 //! The answer is the handler's own (`Scorer::handle`): a body the API refuses gets the API's
-//! 400 message, naming the field, and the command fails. The neighbours are those of the
-//! search the handler runs ([`Searcher::nearest`], in the labeller's order). With `--oracle`,
+//! 400 message, naming the field, and the command fails. The neighbours come from the same
+//! index and walk as the handler's vote: [`Searcher::nearest`] proves the 5 themselves (in the
+//! labeller's order), where the handler's `Searcher::frauds` proves only their fraud count, the
+//! same by construction (`cargo xtask verify` compares both with the labeller). With `--oracle`,
 //! the labeller crate (the contest's brute force, SPEC.md) computes them again from the
 //! references file, and the command fails if they differ.
 
