@@ -6,16 +6,16 @@
 //!   without reading rows; pages fault in as queries touch them. Fastest start.
 //! - `Prefault`: reads every byte first (and checks the CRC32), so no request pays a page fault.
 //! - `HugePages`: copies the artifact into anonymous memory backed by 2 MiB transparent huge
-//!   pages (Linux; elsewhere it falls back to `Prefault`). The search jumps between lists
-//!   spread over ~90 MB, so with 4 KiB pages most list visits miss the TLB. Measured on the
-//!   public set: with a hot cache (each query repeated) search p50 5.0-5.8 us vs 7.9-8.9 us with
-//!   4 KiB pages; replayed cold in file order (`local-runner verify --residency`) no measurable
-//!   change (p50 26-28 us either way), where cache misses dominate. With 8 MiB of other memory
-//!   walked before each query (`search_stats` with `EVICT_KB=8192`, as between two requests of
-//!   a served API) it cuts the search's p99 from 215-298 to 64-77 us; in the contest stack it
-//!   cut the API's CPU per request by ~7 % (`local-runner/src/serve/mod.rs`, "Index
-//!   residency"), so the stack's compose file asks for it. It costs a copy at start (~270 ms
-//!   with the check) and ~90 MB of anonymous memory, so it is not the binary's default.
+//!   pages (Linux; elsewhere it falls back to `Prefault`). The search jumps between subtrees
+//!   spread over the whole artifact, so with 4 KiB pages its page walks are a large part of its
+//!   cost when the caches are cold (perf: its prefetches stall on them). With
+//!   other memory walked before each query (`search_stats` with `EVICT_KB`, as between two
+//!   requests of a served API) huge pages cut the search's p99 several-fold
+//!   (docs/results/2026-11-30-stack-earlier-batches.md, on the index format of that day); in
+//!   the contest stack they cut the API's CPU per request by 7 %
+//!   (docs/results/2026-11-30-api-cpu-levers.md; `local-runner/src/serve/mod.rs`, "Index
+//!   residency"), so the stack's compose file asks for them. They cost a copy at start and
+//!   anonymous memory the size of the artifact, so they are not the binary's default.
 //!
 //! The build script verified the CRC before embedding; `Prefault` and `HugePages` check it again
 //! on the bytes actually served.
@@ -107,7 +107,7 @@ pub fn prefault() -> Result<(), FormatError> {
 /// The copy goes in chunks, and each chunk of the source (part of this executable's file
 /// mapping) is released right after it was copied (see [`release_file_pages`]): otherwise the
 /// page cache of the source and the copy would both count against a container's memory limit
-/// (~2 x 92 MB against the API's 150 MB).
+/// (twice the artifact against the API's 150 MB).
 #[cfg(target_os = "linux")]
 fn huge_copy(bytes: &'static [u8]) -> &'static [u8] {
     const HUGE: usize = 2 << 20;

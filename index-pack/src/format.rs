@@ -11,7 +11,7 @@
 //! [`open`] then validates the archive with `rkyv::access` (bounds and alignment of every
 //! vector; cheap, it does not read the payload) and checks the header against the layout. The
 //! CRC32 of the archive is verified by [`verify_checksum`], which reads every byte; callers run it
-//! once where reading 90 MB is acceptable (the build script, `index-pack inspect`, a server's
+//! once where reading the whole artifact is acceptable (the build script, `index-pack inspect`, a server's
 //! `--prefault` start) rather than on every cold start.
 //!
 //! # Layout (an IVF index, split the FAISS way)

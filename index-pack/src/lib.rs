@@ -48,8 +48,8 @@ pub struct PackOptions {
 
 impl Default for PackOptions {
     fn default() -> Self {
-        // 32-row blocks: 16, 32 and 64 were compared on the contest data (docs/RESULTS.md, "Where
-        // the time goes"). 1024 cells keep both the per-list pass and the rows scanned small; to
+        // 32-row blocks: 16, 32 and 64 were compared on the contest data
+        // (docs/results/2026-11-30-core.md, "Where the time goes", index format v2). 1024 cells keep both the per-list pass and the rows scanned small; to
         // compare another count: `index-pack build --cells N -o x.idx`, then
         // `INDEX_FILE=x.idx cargo run --release -p function --features embedded-index --example
         // search_stats`.

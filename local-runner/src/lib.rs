@@ -5,7 +5,7 @@
 //! `serve::instance::run` serves it. Without it (`default-features = false`) the library still
 //! offers the HTTP protocol of one connection without I/O ([`serve::http1::Conn`]) over any
 //! [`function::Scorer`], which is how the HTTP request path is fuzzed in process without building
-//! the 92 MB index.
+//! the embedded index.
 
 pub mod serve;
 pub mod verify;

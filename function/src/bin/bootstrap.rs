@@ -8,9 +8,10 @@
 //!
 //! Start-up opens the index embedded in this binary in place (no copy). With `FRAUD_PREFAULT=1`
 //! (template.yaml's default, `PrefaultIndex`) the init reads and CRC-checks every page, so no
-//! invocation waits for the index to come from storage: from cold storage that adds ~65 ms to
-//! the init and saves ~106 ms over the first ten queries (docs/LAMBDA.md). Otherwise pages are
-//! mapped as queries touch them and the init takes under a millisecond.
+//! invocation waits for the index to come from storage: from cold storage it adds less to the
+//! init than it saves over the first ten queries (docs/results/2026-11-30-lambda-cold-start.md;
+//! docs/LAMBDA.md, "Cold start"). Otherwise pages are mapped as queries touch them and the init
+//! reads only the footer.
 //!
 //! Logs go through `tracing` (`lambda_http::tracing`): JSON lines when the function's
 //! `LoggingConfig` says `LogFormat: JSON` (Lambda then sets `AWS_LAMBDA_LOG_FORMAT`), level from

@@ -26,10 +26,11 @@
 //! The contest gives each API 0.3 CPU (a CFS quota): a second thread would only add scheduling
 //! and cross-thread wake-ups, and the search keeps its scratch in a `thread_local`. The loop is
 //! mio (edge-triggered epoll) with httparse: per request one `epoll_wait`, one `read`, one
-//! `write`, no allocation, no task or timer bookkeeping. The measurement behind choosing it over
-//! hyper 1 on a current-thread tokio runtime (the earlier server), side by side in full replica
-//! runs, is in docs/STACK.md; hyper also closed the connection without an answer on a malformed
-//! or oversized head, and dropped the answers of pipelined requests before one.
+//! `write`, no allocation, no task or timer bookkeeping. Against hyper 1 on a current-thread
+//! tokio runtime (the server of commit 92b251a), side by side in full replica runs, it cut the
+//! API's CPU per request by 24 % (docs/results/2026-11-30-api-cpu-levers.md); hyper also closed
+//! the connection without an answer on a malformed or oversized head, and dropped the answers
+//! of pipelined requests before one (docs/FUZZING.md, "What fuzzing found").
 //!
 //! Modules: [`config`] (listen address, limits), [`listener`] (sockets), [`http1`] (the protocol
 //! for one connection, without I/O), [`answer`] (the app behind it and the readiness flag),
@@ -51,7 +52,7 @@
 //! `lazy` reads the index in place (zero-copy); warm-up reads every page before `/ready` says
 //! 200. `hugepages` instead copies it, before the bind, into anonymous memory backed by 2 MiB
 //! transparent huge pages (the binary's file pages are released as the copy goes, so the
-//! container is charged ~94 MB, not twice 92 MB). Between two requests of a served API the other
+//! container is charged the artifact once, not twice). Between two requests of a served API the other
 //! processes evict its caches and TLB, and with 4 KiB pages a search's page walks are a large
 //! part of its cost (perf: its prefetch instructions stall on them). In full replica runs
 //! alternated with `lazy`, the API's CPU per request was 84 and 83 us against 86 and 94 us
