@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tracing::{error, info};
 
-/// Queries run per slice, between two polls of the event loop (~10 us each).
+/// Queries run per slice, between two polls of the event loop (a search takes microseconds,
+/// docs/results/2026-12-01-search.md, so a slice keeps the loop responsive).
 const SLICE: usize = 16;
 
 pub struct Warmup<'a> {
