@@ -1,6 +1,5 @@
-//! `cargo xtask bench`, an instrument: the criterion benchmark of the search
-//! (`function/benches/search.rs`) against faiss and the labeller's brute force, per query; the
-//! verdict gives each median and its ratio to ours.
+//! `cargo xtask bench`, an instrument: the search's criterion benchmark against faiss and the
+//! labeller's brute force.
 
 use crate::util::{self, cmd};
 use anyhow::{Context, Result};

@@ -1,6 +1,5 @@
-//! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`. Each step is a command of its
-//! own that prints its own verdict line; a failed step does not stop the later ones. The last
-//! line sums every step up with its time.
+//! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`. Each step prints its own
+//! verdict; a failed step does not stop the later ones.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};

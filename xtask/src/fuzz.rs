@@ -1,9 +1,6 @@
-//! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets in `fuzz/` (docs/FUZZING.md), built
-//! once (release, debug assertions, AddressSanitizer). `ci` replays every committed seed, then a
-//! fixed number of runs per target with a fixed seed from an empty working corpus (the same
-//! inputs on any machine); `long` runs each for a time on one CPU at low priority. A crash,
-//! panic, sanitizer report, leak, slow input or out-of-memory fails; libFuzzer's final statistics
-//! give executions and peak memory. Corpora grow in `fuzz/work/`, crashes land in `fuzz/artifacts/`.
+//! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets (docs/FUZZING.md) under
+//! AddressSanitizer. `ci` runs a fixed count per target with a fixed seed from an empty working
+//! corpus (the same inputs on any machine); `long` runs each for a time on one CPU.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -50,7 +47,7 @@ enum Budget {
 }
 
 /// How one target's run went, from libFuzzer's final statistics.
-#[derive(Serialize)]
+#[derive(Default, Serialize)]
 struct TargetRun {
     target: String,
     passed: bool,
@@ -180,13 +177,10 @@ fn run_target(nightly: bool, target: &str, budget: Budget, pin: Option<u32>) -> 
     let (execs, ok, peak) =
         (show(executions), if passed { "ok" } else { "FAILED" }, show(peak_rss_mb));
     log!("fuzz {target}: {ok}, {execs} executions in {seconds:.0} s, corpus {new_corpus_files} new + {seeds} seeds, peak RSS {peak} MB");
-    let (exit, per_second, log) = (
-        status.code(),
-        executions.map(|e| (e as f64 / seconds.max(1.0)) as u64),
-        log_path.display().to_string(),
-    );
+    let (target, exit, log) = (target.into(), status.code(), log_path.display().to_string());
+    let per_second = executions.map(|e| (e as f64 / seconds.max(1.0)) as u64);
     Ok(TargetRun {
-        target: target.into(),
+        target,
         passed,
         exit,
         seconds,
@@ -233,20 +227,8 @@ mod tests {
         );
         assert_eq!(stat("==1==ERROR: AddressSanitizer", "peak_rss_mb"), None);
         let run = |target: &str, executions: Option<u64>| {
-            let (target, log, per_second) =
-                (target.into(), String::new(), executions.map(|e| e / 30));
-            TargetRun {
-                target,
-                passed: true,
-                exit: Some(0),
-                seconds: 30.0,
-                executions,
-                per_second,
-                peak_rss_mb: None,
-                new_corpus_files: 0,
-                seeds: 3,
-                log,
-            }
+            let (target, per_second) = (target.into(), executions.map(|e| e / 30));
+            TargetRun { target, executions, per_second, ..TargetRun::default() }
         };
         let shown = figures(&[run("http", Some(21_000)), run("index", None)]);
         assert_eq!(shown, "http 21000 execs (700/s), index ? execs (0/s)");

@@ -162,18 +162,23 @@ pub fn poll<T>(
     }
 }
 
+/// An HTTP client (loopback, no TLS) that fails after `timeout` and returns every status.
+pub fn http_agent(timeout: Duration) -> ureq::Agent {
+    let config = ureq::Agent::config_builder().timeout_global(Some(timeout));
+    config.http_status_as_error(false).build().into()
+}
+
+/// Sends `signal` to process `pid`.
+pub fn signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<()> {
+    Ok(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?)
+}
+
 /// Fails unless a Docker engine is usable here (`docker info` answers with a server version).
 pub fn docker_usable() -> Result<()> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Info {
-        server_version: String,
-    }
-    let e = duct::cmd!("docker", "info", "--format", "{{json .}}");
+    let e = duct::cmd!("docker", "info", "--format", "{{.ServerVersion}}");
     let out =
         e.stdout_capture().stderr_capture().unchecked().run().context("cannot start docker")?;
-    let info: Option<Info> = serde_json::from_slice(&out.stdout).ok();
-    if out.status.success() && info.is_some_and(|i| !i.server_version.is_empty()) {
+    if out.status.success() && !out.stdout.trim_ascii().is_empty() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);

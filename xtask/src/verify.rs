@@ -1,9 +1,6 @@
-//! `cargo xtask verify`: the scorer against the contest's answers and against the labeller.
-//! `local-runner verify` replays the 54,100 public payloads and the 72,100 of the final's shape
-//! (tests/data/final-test-data.csv.gz) through the handler (every answer exact); `local-runner verify --neighbours` compares vectors and the 5 nearest references with
-//! the `labeller` crate (the contest's brute force, no code shared) on public, generated and
-//! adversarial queries (0 differences, and ties across the 5th place must be there); `labeller
-//! relabel --check` confirms the recorded answers of local-runner/tests/data/hostile-valid.json.
+//! `cargo xtask verify`: every public and final-shape answer exact through the handler, vectors
+//! and the 5 nearest references equal to the `labeller` crate's (the contest's brute force, no
+//! code shared), and the recorded hostile answers current.
 
 use crate::util::{self, cmd, log, TEST_SET};
 use anyhow::Result;

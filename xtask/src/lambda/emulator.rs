@@ -1,13 +1,11 @@
-//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap, on loopback. The
-//! RIE takes invocations on one port and offers the runtime API to the bootstrap on another; it
-//! starts the bootstrap at the first invocation. The bootstrap's JSON log lines and the RIE's
-//! reports go to one log file, read back at the end ([`Log`]). With `cpus`, the bootstrap runs
-//! under a CFS quota as on Lambda.
+//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap on loopback;
+//! the RIE starts the bootstrap at the first invocation, and both write one log ([`Log`]).
 
 use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -43,16 +41,10 @@ impl Emulator {
         let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
         let out = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
-        let (api_flag, runtime_flag) =
-            ("--runtime-interface-emulator-address", "--runtime-api-address");
-        let e = duct::cmd!(
-            rie,
-            api_flag,
-            api.to_string(),
-            runtime_flag,
-            runtime_api.to_string(),
-            &entry
-        );
+        let (api_s, runtime_s) = (api.to_string(), runtime_api.to_string());
+        let flags =
+            ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
+        let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
         let e = e.dir(package_dir).stdin_null().stdout_file(out.try_clone()?).stderr_file(out);
         let child = e
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
@@ -65,8 +57,7 @@ impl Emulator {
             .unchecked()
             .start()
             .with_context(|| format!("cannot start {}", rie.display()))?;
-        let config = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(15)));
-        let agent = config.http_status_as_error(false).build().into();
+        let agent = util::http_agent(Duration::from_secs(15));
         Ok(Emulator { child, api, agent, log, cgroup, launched: Instant::now() })
     }
 
@@ -119,10 +110,7 @@ impl Emulator {
 
     fn kill(&mut self) {
         for pid in self.child.pids().into_iter().flat_map(descendants) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::SIGKILL,
-            );
+            let _ = util::signal(pid, nix::sys::signal::SIGKILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -1,7 +1,5 @@
-//! The cases the function is held to: every event of events/ with its expected answer
-//! (events/expected.tsv, events/hostile/expected.tsv: status, then a JSON body, `error`, or
-//! `error:<field>` for a message starting with `<field>: `), and public payloads in the four
-//! event formats. Answers are read as `lambda_http` writes them.
+//! The cases the function is held to: every event of events/ against its expected.tsv (status,
+//! then a JSON body, `error`, or `error:<field>`), and public payloads in the four event formats.
 
 use crate::util::{self, root, Entry};
 use anyhow::{bail, Context, Result};
@@ -194,6 +192,13 @@ pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
             .is_ok_and(|d| d.approved == approved && (d.fraud_score - fraud_score).abs() < 1e-9)
 }
 
+/// A JSON answer (tests).
+#[cfg(test)]
+pub fn answer(status: u16, body: &str) -> Answer {
+    let content_type = Some("application/json".into());
+    Answer { status, content_type, allow: None, body: body.into() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,15 +264,6 @@ mod tests {
             );
         }
         assert_eq!(ok.len(), 10);
-    }
-
-    fn answer(status: u16, body: &str) -> Answer {
-        Answer {
-            status,
-            content_type: Some("application/json".into()),
-            allow: None,
-            body: body.into(),
-        }
     }
 
     #[test]

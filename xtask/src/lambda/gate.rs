@@ -1,9 +1,5 @@
-//! `cargo xtask lambda`: the CI gate. Gathered, then judged step by step (each step printed with
-//! its result), then one verdict line: `sam validate --lint`; the build and its sizes against
-//! Lambda's limits; the emulator with template.yaml's settings: the first invocation (the cold
-//! start), every event of events/ against its table, public payloads through the four event
-//! formats against the labeller's answers, warm timings, the bootstrap's memory, its log
-//! ([`super::logs`]); `sam build` and the SHA-256 of its bootstrap against the tested one.
+//! `cargo xtask lambda`: the CI gate. Gathered (sam validate, the build, the emulator run with
+//! template.yaml's settings, `sam build`), judged step by step, then one verdict line.
 
 use super::emulator::{Emulator, Log, Memory, Settings};
 use super::events::{self, Answer, Templates};

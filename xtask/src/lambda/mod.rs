@@ -1,7 +1,6 @@
-//! `cargo xtask lambda ...`: the AWS Lambda function (`bootstrap`, template.yaml,
-//! docs/LAMBDA.md) built once ([`package`]), tested under AWS's Runtime Interface Emulator on
-//! loopback ([`emulator`], from the SAM CLI venv of [`sam`]) by the CI gate ([`gate`]), and
-//! shipped by `sam build` as the very binary the tests ran; the instruments are in [`measure`].
+//! `cargo xtask lambda ...`: the Lambda function (docs/LAMBDA.md) built once ([`package`]),
+//! tested under AWS's emulator by the CI gate ([`gate`]) and shipped by `sam build` as the very
+//! binary the tests ran; the instruments are in [`measure`].
 
 mod emulator;
 mod events;

@@ -1,11 +1,7 @@
-//! The one build of the Lambda binary, for the emulator tests and (through the Makefile) for
-//! `sam build`: `bootstrap` for x86-64 with static glibc (provided.al2023's is older than many
-//! build hosts) and no symbols, checked to have no program interpreter, alone in a zip, in
-//! `<target>/lambda-package/`. The flags are pinned (`RUSTFLAGS` replaced; with `--target`
-//! build scripts do not get them). The index the workspace release build packed is reused
-//! (`FRAUD_INDEX_ARTIFACT_IN`, checked in full by build.rs) from a fixed path with the source's
-//! mtime, so build.rs reruns only when it changes; `LAMBDA_PACK_INDEX=1`, an artifact older than
-//! the packer's sources, or a failed build with it pack from the references instead.
+//! The one build of the Lambda `bootstrap` (static glibc: provided.al2023's is older than many
+//! build hosts) and its zip, in `<target>/lambda-package/`. The index the workspace's release
+//! build packed is reused from a fixed path with its mtime, so build.rs reruns only when it
+//! changes; `LAMBDA_PACK_INDEX=1` packs from the references instead.
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};

@@ -1,9 +1,6 @@
-//! `cargo xtask lambda preflight`: before `sam deploy`, the account's concurrency as
-//! `aws lambda get-account-settings` reads it, and which `ReservedConcurrency` values
-//! template.yaml may take there ([`advice`]: AWS keeps 100 executions unreserved, so a
-//! reservation of N needs N <= unreserved - 100; -1, the default, reserves nothing and always
-//! deploys). Without the aws CLI or credentials it says so and fails, with the command to run by
-//! hand. The CLI never looks for credentials on the instance-metadata address.
+//! `cargo xtask lambda preflight`: before `sam deploy`, the account's concurrency and the
+//! `ReservedConcurrency` values it allows (AWS keeps 100 executions unreserved). The aws CLI
+//! never looks for credentials on the instance-metadata address.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};

@@ -1,6 +1,5 @@
-//! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, default `~/.cache/lambda-venv`, installed from
-//! PyPI when missing; it brings cfn-lint and the emulator `aws-lambda-rie-x86_64`), template.yaml's
-//! parameter defaults, `sam validate --lint` and `sam build` (the Makefile runs `lambda build`).
+//! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, installed from PyPI when missing; it brings
+//! cfn-lint and the emulator), template.yaml's defaults, `sam validate --lint` and `sam build`.
 
 use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};

@@ -1,12 +1,7 @@
-//! `cargo xtask stack chaos`: instance loss under load (docs/RESILIENCE.md). For each victim in
-//! turn, k6 (`k6/resilience.js`, steady mode) sends the contest payloads through HAProxy at a
-//! constant rate, and `--first-kill` seconds in the victim's main process gets SIGKILL from the
-//! host; Docker's `restart: unless-stopped` brings it back. One k6 run per kill, so that each
-//! victim holds half of k6's keep-alive connections when it dies. The monitor samples every
-//! 100 ms, with a `/ready` probe through HAProxy on a new connection (what reaches a restarted
-//! server: k6 keeps its old connections). Fails on too many failed requests per kill, a failure
-//! no kill explains, no restart, or a victim not back in rotation (HAProxy: UP and receiving
-//! sessions) within `--max-rotation-ms` of its own `/ready` answering 200.
+//! `cargo xtask stack chaos`: SIGKILL of each victim under steady load (docs/RESILIENCE.md).
+//! One k6 run per kill, so that each victim holds half of k6's keep-alive connections when it
+//! dies; the monitor's `/ready` through HAProxy uses a new connection, as only new ones reach a
+//! restarted server.
 
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Gate};
@@ -178,7 +173,7 @@ fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Fai
     std::thread::sleep(Duration::from_millis(wait));
     let pid = inspect(&g.compose.id(victim)?)?.state.pid;
     let t = util::now_ms();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL)?;
+    util::signal(pid, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
     if !status.success() {

@@ -1,12 +1,6 @@
-//! The contest rules and least privilege (docs/RESILIENCE.md), on `docker-compose config` and, on a
-//! running stack, on what Docker applied (`docker inspect`) and what the kernel says of each
-//! container's main process (/proc): a `haproxy` balancer and two APIs; CPU and memory limits
-//! summing to at most 1 CPU and 350 MB; bridge networks; only the balancer publishes, on 9999;
-//! pullable image names (no `build:`), `platform: linux/amd64`, none of what the contest's final
-//! rejected (`sysctls`, `seccomp=unconfined`, privileged, host network); a fixed non-root user,
-//! `read_only`, `cap_drop: [ALL]`, `no-new-privileges`; haproxy.cfg in mode tcp, round robin,
-//! with no request logic. A submission ([`pinned`]) also names every image by digest, and each
-//! image here is linux/amd64 (`docker image inspect`).
+//! The contest rules and least privilege (docs/RESILIENCE.md) on `docker-compose config` and,
+//! on a running stack, on what Docker applied and what /proc says of each main process; a
+//! submission ([`pinned`]) also names every image by digest, each here as linux/amd64.
 
 use super::compose::{inspect, Compose};
 use crate::util::log;
@@ -58,74 +52,12 @@ pub fn rules(yaml: &str) -> Result<Report> {
     let mut r = Report::default();
     for (name, s) in services {
         let name = scalar(name);
-        let list =
-            |k: &str| s[k].as_sequence().into_iter().flatten().map(scalar).collect::<Vec<_>>();
-        let mut problem = |p: &str| r.problems.push(format!("{name}: {p}"));
-        let limits = &s["deploy"]["resources"]["limits"];
-        let (cpus, mem) = (scalar(&limits["cpus"]), scalar(&limits["memory"]));
-        if cpus.is_empty() || mem.is_empty() {
-            problem("no deploy.resources.limits cpus + memory");
-            continue;
+        let (problems, limits) = service(&name, s);
+        r.problems.extend(problems.into_iter().map(|p| format!("{name}: {p}")));
+        if let Some((cpus, mb, line)) = limits {
+            (r.cpus, r.memory_mb) = (r.cpus + cpus, r.memory_mb + mb);
+            r.services.push(line);
         }
-        let limits = cpus.parse::<f64>().ok().zip(memory_mb(&mem));
-        if limits.is_none() {
-            problem(&format!("unreadable limits {cpus} / {mem}"));
-        }
-        if !s["network_mode"].is_null() || s["privileged"] == true {
-            problem("network_mode or privileged set");
-        }
-        let image = scalar(&s["image"]);
-        for (bad, why) in [
-            (!s["build"].is_null(), "build: is set (the contest takes images only)".into()),
-            (!s["sysctls"].is_null(), "sysctls are set (the contest rejects them)".into()),
-            (
-                list("security_opt")
-                    .iter()
-                    .any(|o| o.contains("seccomp") && o.contains("unconfined")),
-                "security_opt seccomp=unconfined (the contest rejects it)".into(),
-            ),
-            (
-                scalar(&s["platform"]) != "linux/amd64",
-                format!("platform {:?} is not linux/amd64", scalar(&s["platform"])),
-            ),
-            (
-                reference(&image).is_none(),
-                format!(
-                    "image {image:?} is not a pullable name (name:tag or name@sha256:<64 hex>)"
-                ),
-            ),
-        ] {
-            if bad {
-                problem(&why);
-            }
-        }
-        for port in s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]))
-        {
-            if name != "haproxy" || port != "9999" {
-                problem(&format!("publishes port {port}"));
-            }
-        }
-        let user = scalar(&s["user"]);
-        if !fixed_non_root(&user) {
-            problem(&format!("user {user:?} is not a fixed non-root uid[:gid]"));
-        }
-        if s["read_only"] != true {
-            problem("read_only is not true");
-        }
-        if list("cap_drop").iter().map(|c| c.to_uppercase()).collect::<Vec<_>>() != ["ALL"]
-            || !list("cap_add").is_empty()
-        {
-            problem("cap_drop is not [ALL] (or cap_add is set)");
-        }
-        if !list("security_opt").iter().any(|o| o == "no-new-privileges:true") {
-            problem("security_opt lacks no-new-privileges:true");
-        }
-        let (c, m) = limits.unwrap_or_default();
-        (r.cpus, r.memory_mb) = (r.cpus + c, r.memory_mb + m);
-        let line = format!(
-            "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
-        );
-        r.services.push(line);
     }
     let names: Vec<String> = services.keys().map(scalar).collect();
     if !names.iter().any(|n| n == "haproxy") {
@@ -147,6 +79,51 @@ pub fn rules(yaml: &str) -> Result<Report> {
         r.problems.push(format!("memory sum {:.0} MB > 350", r.memory_mb));
     }
     Ok(r)
+}
+
+/// One service's problems, and its limits (CPUs, MB) and line unless it names none.
+fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
+    let list = |k: &str| s[k].as_sequence().into_iter().flatten().map(scalar).collect::<Vec<_>>();
+    let limits = &s["deploy"]["resources"]["limits"];
+    let (cpus, mem) = (scalar(&limits["cpus"]), scalar(&limits["memory"]));
+    if cpus.is_empty() || mem.is_empty() {
+        return (vec!["no deploy.resources.limits cpus + memory".into()], None);
+    }
+    let parsed = cpus.parse::<f64>().ok().zip(memory_mb(&mem));
+    let (image, user, platform) = (scalar(&s["image"]), scalar(&s["user"]), scalar(&s["platform"]));
+    let (opts, caps) = (list("security_opt"), list("cap_drop"));
+    let failed =
+        |checks: Vec<(bool, String)>| checks.into_iter().filter_map(|(b, w)| b.then_some(w));
+    let unconfined = opts.iter().any(|o| o.contains("seccomp") && o.contains("unconfined"));
+    let host = !s["network_mode"].is_null() || s["privileged"] == true;
+    let pullable =
+        format!("image {image:?} is not a pullable name (name:tag or name@sha256:<64 hex>)");
+    let first = failed(vec![
+        (parsed.is_none(), format!("unreadable limits {cpus} / {mem}")),
+        (host, "network_mode or privileged set".into()),
+        (!s["build"].is_null(), "build: is set (the contest takes images only)".into()),
+        (!s["sysctls"].is_null(), "sysctls are set (the contest rejects them)".into()),
+        (unconfined, "security_opt seccomp=unconfined (the contest rejects it)".into()),
+        (platform != "linux/amd64", format!("platform {platform:?} is not linux/amd64")),
+        (reference(&image).is_none(), pullable),
+    ]);
+    let ports = s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]));
+    let ports =
+        ports.filter(|p| name != "haproxy" || p != "9999").map(|p| format!("publishes port {p}"));
+    let capped =
+        caps.len() == 1 && caps[0].eq_ignore_ascii_case("ALL") && list("cap_add").is_empty();
+    let nnp = opts.iter().any(|o| o == "no-new-privileges:true");
+    let last = failed(vec![
+        (!fixed_non_root(&user), format!("user {user:?} is not a fixed non-root uid[:gid]")),
+        (s["read_only"] != true, "read_only is not true".into()),
+        (!capped, "cap_drop is not [ALL] (or cap_add is set)".into()),
+        (!nnp, "security_opt lacks no-new-privileges:true".into()),
+    ]);
+    let (c, m) = parsed.unwrap_or_default();
+    let line = format!(
+        "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
+    );
+    (first.chain(ports).chain(last).collect(), Some((c, m, line)))
 }
 
 /// An image reference as a registry serves it: `[host[:port]/]path[:tag][@sha256:<64 hex>]`,

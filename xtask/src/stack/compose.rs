@@ -87,16 +87,10 @@ impl Compose {
     /// `docker-compose config --services` lists them (dependencies first).
     pub fn services(&self) -> Result<Vec<String>> {
         if self.layout == Layout::Ours {
-            return Ok(std::iter::once("haproxy".to_string())
-                .chain(self.apis.iter().cloned())
-                .collect());
+            return Ok([vec!["haproxy".to_string()], self.apis.clone()].concat());
         }
         let services = service_list(&util::read(&self.command(&["config", "--services"]))?);
-        ensure!(
-            !services.is_empty(),
-            "{}: `docker-compose config --services` lists no service",
-            self.project
-        );
+        ensure!(!services.is_empty(), "{}: `config --services` lists none", self.project);
         Ok(services)
     }
 

@@ -1,7 +1,6 @@
-//! `cargo xtask stack images`: the two images docker-compose.yml names, built without a
-//! registry, each `FROM scratch` around a root file system written here: `fraud-api:latest` (the
-//! static local-runner for the contest CPU, uid 65534) and `haproxy:2.6`, a stand-in from
-//! Debian's haproxy package (the binary and every library `ldd` lists).
+//! `cargo xtask stack images`: the two images docker-compose.yml names, each `FROM scratch`
+//! around a root file system written here, without a registry: the static local-runner and a
+//! haproxy:2.6 stand-in from Debian's package.
 
 use crate::util::{self, log, root, ScratchImage, TRIPLE};
 use anyhow::{bail, Context, Result};

@@ -1,7 +1,5 @@
-//! One load run of a compose project under the k6 contest replica (`k6/fraud-test.js`): up,
-//! serving, the contest rules (our stack), each container's cgroup counters around k6, kept as
-//! JSON under `<target>/xtask/stack/` (`stack run`, `floor`, `smoke` and `batch`); and [`Gate`],
-//! what the resilience gates share.
+//! One k6 run of a compose project (`stack run`, `floor`, `smoke`, `batch`) with each
+//! container's cgroup counters around it, and [`Gate`], what the resilience gates share.
 
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};

@@ -1,8 +1,6 @@
-//! `cargo xtask stack ...`: the contest stack (HAProxy + two `local-runner serve` APIs in docker
-//! compose, docs/STACK.md) built ([`images`]), checked ([`check`]), run under k6 ([`load`]) and
-//! gated: `smoke`, [`chaos`], [`overload`]; `batch` is the instrument ([`measure`]). Needs
-//! Docker, Compose v2 ([`compose::binary`]), haproxy, wrk and k6 1.1.0 (scripts/setup.sh
-//! installs them).
+//! `cargo xtask stack ...`: the contest stack (HAProxy + two APIs in docker compose,
+//! docs/STACK.md): images, static checks, k6 runs, the gates (`smoke`, [`chaos`], [`overload`])
+//! and the `batch` instrument ([`measure`]).
 
 mod cgroup;
 mod chaos;

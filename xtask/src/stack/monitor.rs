@@ -1,6 +1,5 @@
-//! A sampler thread while load is on the stack: every `interval`, HAProxy's view of each server,
-//! each API's own `/ready`, optionally a `/ready` through HAProxy on a new connection, and each
-//! container's memory; kept in memory and written as JSON lines.
+//! A sampler thread under load: HAProxy's view of each server, each API's own `/ready`, a
+//! `/ready` through HAProxy on a new connection (optional) and memory, as JSON lines.
 
 use super::cgroup::Cgroup;
 use super::probe::{haproxy_stat, ready_tcp, ready_unix, Probe, State};

@@ -250,12 +250,8 @@ apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN 1/2,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,
         assert_eq!(status(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"), Probe::Status(200));
         assert!(!status(b"HTTP/1.1 503 Service Unavailable\r\n").ok());
         assert_eq!(status(b""), Probe::Empty);
-        assert!(status(b"HTTP/1.1 204 No Content\r\n\r\n").ok());
-        assert!(Probe::Status(200).ok() && Probe::Status(204).ok() && !Probe::Refused.ok());
-        assert_eq!(
-            [Probe::Status(503).to_string(), Probe::Refused.to_string()],
-            ["503", "refused"]
-        );
+        assert!(status(b"HTTP/1.1 204 No Content\r\n\r\n").ok() && !Probe::Refused.ok());
+        assert_eq!([Probe::Status(503), Probe::Refused].map(|p| p.to_string()), ["503", "refused"]);
         let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
         assert_eq!(p, Probe::Absent);
     }

@@ -1,12 +1,8 @@
-//! `cargo xtask stack submission --image REF`: the contest's `submission` branch in `--out`
-//! (default `<target>/submission`): docker-compose.yml with every image named by digest, the
-//! file it mounts (docker/haproxy/haproxy.cfg), info.json (docker/submission/info.json with
-//! `--set` over it) and a README of how it was made, checked as `stack check --submission`. The
-//! API image is pushed to REF; the balancer is the official `haproxy` by its digest when the
-//! local haproxy:2.6 came from a registry, else the project's stand-in pushed beside REF (said
-//! so). With `--test` (CI; REF on 127.0.0.1): Debian's registry started there for the run, the
-//! local images removed, DIR brought up from its own files (images pulled by digest), the smoke
-//! run against it, the local tags put back.
+//! `cargo xtask stack submission --image REF`: the contest's `submission` branch in `--out`,
+//! every image named by digest. The balancer is the official `haproxy` when the local
+//! haproxy:2.6 came from a registry, else the project's stand-in pushed beside REF. `--test`
+//! (CI) pushes to a loopback registry, removes the local images and runs the smoke against the
+//! directory's own compose file (images pulled by digest).
 
 use super::compose::Compose;
 use super::{check, images, judge_replica, load, Common, Kind, Shape, SMOKE_RATE};

@@ -1,8 +1,6 @@
-//! `cargo xtask lambda cold-start`: starts from cold storage, the lazy index against
-//! `FRAUD_PREFAULT=1`, alternated (ABBA). Before each start the page cache is dropped (root), so
-//! the index pages come from the disk as on a new execution environment. Each start: a fresh
-//! emulator, `GET /ready` (carries the init), `--queries` public payloads as Function URL
-//! events, then the same again warm. Medians per mode over the starts.
+//! `cargo xtask lambda cold-start`: starts with the page cache dropped (root), so the index
+//! comes from the disk as on a new execution environment; the lazy index against
+//! `FRAUD_PREFAULT=1`, alternated (ABBA), medians per mode.
 
 use super::super::emulator::{Emulator, Settings};
 use super::super::events::{self, Answer, Templates};

@@ -1,12 +1,7 @@
-//! `cargo xtask lambda sam-local`: `sam build`, then `sam local invoke` of sample events in Docker
-//! and `sam local start-api` on loopback (`GET /ready` and one `POST /fraud-score`), against a
-//! stand-in for the Lambda base image built from this machine's files (busybox-static and the
-//! glibc runtime, laid out by docker/lambda-base/Dockerfile; no registry) under a private tag,
-//! [`STAND_IN`], passed with `--invoke-image`: never under AWS's public name, which would shadow
-//! the real image for every project (images of that name the project built earlier are removed).
-//! `--pull-base` uses AWS's real image instead, where a registry answers. start-api serves a copy
-//! of the built template with two HttpApi events (`.aws-sam/build/template-start-api.yaml`):
-//! the deployed template keeps its one endpoint.
+//! `cargo xtask lambda sam-local`: `sam local invoke` and `start-api` against a stand-in for
+//! the Lambda base image under a private tag ([`STAND_IN`]): never under AWS's public name,
+//! which would shadow the real image for every project. start-api serves a copy of the built
+//! template with two HttpApi events; the deployed template keeps its one endpoint.
 
 use super::super::events::{self, Answer, Case};
 use super::super::sam::{Tools, FUNCTION};
@@ -143,43 +138,27 @@ fn start_api(tools: &Tools, pull: bool) -> Result<String> {
     let args = [&fixed[..], &[template.to_str().context("path")?], base_args(pull)].concat();
     let log = util::xtask_dir("lambda")?.join("start-api.log");
     let sam = util::to_log(tools.sam(&args), &log).unchecked().start()?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(60)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
-    let answer =
-        |r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| -> Result<(u16, String)> {
-            let mut r = r?;
-            Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
-        };
-    let ready = util::poll(
-        "sam local start-api: GET /ready",
-        Duration::from_secs(120),
-        Duration::from_millis(500),
-        || {
-            Ok(match answer(agent.get(&url("/ready")).call()) {
-                Ok((200, body)) => Ok(body),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    );
-    let payload = std::fs::read(util::root().join("events/payloads/legit.json"))?;
-    let scored = ready.as_ref().ok().map(|_| {
-        answer(
-            agent
-                .post(&url("/fraud-score"))
-                .header("content-type", "application/json")
-                .send(&payload[..]),
-        )
+    let (agent, url) =
+        (util::http_agent(Duration::from_secs(60)), format!("http://127.0.0.1:{port}"));
+    type Answered = Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+    let answer = |r: Answered| -> Result<(u16, String)> {
+        let mut r = r?;
+        Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
+    };
+    let (what, limit, every) =
+        ("sam local start-api: GET /ready", Duration::from_secs(120), Duration::from_millis(500));
+    let ready = util::poll(what, limit, every, || {
+        Ok(match answer(agent.get(format!("{url}/ready")).call()) {
+            Ok((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        })
     });
+    let payload = std::fs::read(util::root().join("events/payloads/legit.json"))?;
+    let score = agent.post(format!("{url}/fraud-score")).header("content-type", "application/json");
+    let scored = ready.as_ref().ok().map(|_| answer(score.send(&payload[..])));
     // SIGINT: sam stops the containers it started.
     for pid in sam.pids() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::SIGINT,
-        );
+        let _ = util::signal(pid, nix::sys::signal::SIGINT);
     }
     let _ = sam.wait();
     let (ready, (status, body)) = (ready?, scored.context("no /ready")??);
@@ -262,14 +241,7 @@ mod tests {
             status: 200,
             expect: Expect::Json(serde_json::json!({"ready": true})),
         };
-        let answer = |status, body: &str| {
-            Ok(Answer {
-                status,
-                content_type: Some("application/json".into()),
-                allow: None,
-                body: body.into(),
-            })
-        };
+        let answer = |status, body: &str| Ok(events::answer(status, body));
         assert_eq!(
             judge(&case, answer(200, r#"{"ready":true}"#)),
             Ok(r#"200 {"ready":true}"#.into())

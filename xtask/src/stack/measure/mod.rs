@@ -1,13 +1,7 @@
-//! The stack's instrument, which CI does not run: `cargo xtask stack batch`, alternated runs of
-//! several configurations (round after round, so the machine's drift hits them alike), a table
-//! of every run (p50, p99, score, errors, cgroup CPU per request per container), the medians per
-//! configuration, and a chart of the per-second offered rate and latency ([`plot`]), in
-//! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (with `--publish`, also the first free
-//! docs/results/<date>-stack-batch[-N].{md,svg}). Configurations, in round order: `--config`
-//! floor|bound|stack, `--variant NAME=FILE` (the stack with `-f`, then FILE) and `--external
-//! NAME=FILE`: another compose project (e.g. a peer rebuilt by hand outside the repository), run
-//! as it is from FILE's directory as `fraud<NAME>`, `-f` not applied, ready on port 9999, our
-//! stack check skipped. Default: floor, bound, stack.
+//! `cargo xtask stack batch`, an instrument CI does not run: alternated runs of several
+//! configurations (round after round, so the machine's drift hits them alike), a table of every
+//! run, the medians per configuration and a chart ([`plot`]), in
+//! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (`--publish`: also docs/results/).
 
 mod plot;
 
@@ -75,7 +69,6 @@ fn named(s: &str) -> Result<Named, String> {
         .ok_or(format!("{s:?} is not NAME=FILE"))
 }
 
-/// One configuration of the batch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Configuration {
@@ -87,7 +80,7 @@ enum Configuration {
 use Configuration::{External, Variant};
 
 impl Configuration {
-    /// Every configuration of the command line, in round order; the default when none.
+    /// In round order; floor, bound, stack when none is given.
     fn all(a: &Args) -> Result<Vec<Configuration>> {
         let ours = if a.configs.is_empty() && a.variants.is_empty() && a.externals.is_empty() {
             &[Ours::Floor, Ours::Bound, Ours::Stack][..]
@@ -96,12 +89,10 @@ impl Configuration {
         };
         let all = ours.iter().map(|c| Configuration::Ours(*c));
         let all = all.chain(a.variants.iter().cloned().map(Variant));
-        let all: Vec<Configuration> =
-            all.chain(a.externals.iter().cloned().map(External)).collect();
-        let mut names: Vec<&str> = all.iter().map(Configuration::name).collect();
-        names.sort();
-        let unique = names.windows(2).all(|w| w[0] != w[1]);
-        ensure!(unique, "two configurations of one name: {names:?}");
+        let all: Vec<_> = all.chain(a.externals.iter().cloned().map(External)).collect();
+        let mut seen = std::collections::HashSet::new();
+        let twice = all.iter().map(Configuration::name).find(|n| !seen.insert(*n));
+        ensure!(twice.is_none(), "two configurations named {twice:?}");
         Ok(all)
     }
 
@@ -245,20 +236,18 @@ pub fn run(a: Args) -> Result<()> {
     }
     ensure!(!runs.is_empty(), "no run of the batch completed: {failed:?}");
     let stamp = util::stamp();
-    let [svg, md_path, json] = ["svg", "md", "json"]
-        .map(|e| util::xtask_dir("stack").map(|d| d.join(format!("{stamp}-batch.{e}"))));
-    let (svg, md_path, json) = (svg?, md_path?, json?);
+    let dir = util::xtask_dir("stack")?;
+    let [svg, md_path, json] =
+        ["svg", "md", "json"].map(|e| dir.join(format!("{stamp}-batch.{e}")));
     let series: Vec<Series> = configs.iter().map(|c| series(c, &runs)).collect();
     plot::draw(&svg, &format!("Contest stack batch {stamp}: {}", names.join(", ")), &series)?;
     let table = tables(&configs, &runs);
     println!("{table}");
     // docs/results/<date>-stack-batch[-N]: one pair of files per batch, never overwritten.
     let (results, date) = (root().join("docs/results"), util::date());
-    let stem = |n: u32| {
-        format!("{date}-stack-batch{}", if n == 1 { String::new() } else { format!("-{n}") })
-    };
     let free = |s: &String| !results.join(format!("{s}.md")).exists();
-    let stem = (1..).map(stem).find(free).unwrap_or_default();
+    let stems = std::iter::once(String::new()).chain((2..).map(|n| format!("-{n}")));
+    let stem = stems.map(|n| format!("{date}-stack-batch{n}")).find(free).unwrap_or_default();
     let md = markdown(&stamp, &load_start, &configs, &table, &failed, &format!("{stem}.svg"));
     std::fs::write(&md_path, &md)?;
     let record = serde_json::json!({"configs": configs, "runs": runs, "failed_runs": failed});
