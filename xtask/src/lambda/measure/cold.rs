@@ -35,13 +35,9 @@ enum Mode {
     Prefault,
 }
 
-/// The figures of a start, in the order of [`Start::v`] (milliseconds, but the last): INIT REPORT
-/// (exec of the bootstrap to its first request for work), the bootstrap's own init (main to
-/// "index ready"), the first invocation's round trip (exec, init, GET /ready), the emulator's
-/// `Duration` and the client round trips summed over the first 1, 10 and N queries, init plus the
-/// first N queries' Duration (what a cold environment spends before its N-th answer), the same
-/// N queries again with the page cache warm, and the bootstrap's file-backed RSS after them (index
-/// pages touched).
+/// The names of [`Start::v`], in order (ms but the last): INIT REPORT, the bootstrap's own init,
+/// the first invocation, `Duration` and round-trip sums over the first 1, 10 and N queries, init
+/// plus the first N, the same N warm, and file-backed RSS after them (index pages touched).
 const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration_sum_1_ms \
     duration_sum_10_ms duration_sum_n_ms rtt_sum_1_ms rtt_sum_10_ms rtt_sum_n_ms init_plus_n_ms \
     warm_duration_sum_ms rss_file_mb";
