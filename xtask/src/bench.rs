@@ -5,13 +5,6 @@ use crate::util::{self, cmd};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Read the estimates of the last run instead of running the benchmark again.
-    #[arg(long)]
-    no_run: bool,
-}
-
 /// The part of criterion's `estimates.json` that is read: the median in nanoseconds.
 #[derive(Deserialize)]
 struct Estimates {
@@ -37,10 +30,8 @@ const NAMES: [&str; 4] = [
     "brute_force_labeller_scan",
 ];
 
-pub fn run(args: Args) -> Result<()> {
-    if !args.no_run {
-        util::run(&cmd!("cargo", "bench", "-p", "function", "--bench", "search"))?;
-    }
+pub fn run() -> Result<()> {
+    util::run(&cmd!("cargo", "bench", "-p", "function", "--bench", "search"))?;
     let median_us = |name| -> Result<f64> {
         let path =
             util::target_dir().join(format!("criterion/per_query/{name}/new/estimates.json"));

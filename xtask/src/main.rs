@@ -32,7 +32,7 @@ enum Command {
     Ci(ci::Args),
     /// The public test set through the handler (every answer exact), then vectors and 5 neighbours
     /// against the labeller crate (public, generated and adversarial queries; 0 differences).
-    Verify(verify::Args),
+    Verify,
     /// The Lambda function: emulator run of the sample events and the replay, `sam build`.
     Lambda(lambda::Args),
     /// The contest stack (HAProxy + two APIs in docker compose) under k6.
@@ -40,7 +40,7 @@ enum Command {
     /// The cargo-fuzz targets (AddressSanitizer).
     Fuzz(fuzz::Args),
     /// Benchmarks (criterion) of the search against brute force and faiss.
-    Bench(bench::Args),
+    Bench,
 }
 
 fn main() -> Result<()> {
@@ -51,11 +51,11 @@ fn main() -> Result<()> {
     }
     match Cli::parse().command {
         Command::Ci(a) => ci::run(a),
-        Command::Verify(a) => verify::run(a),
+        Command::Verify => verify::run(),
         Command::Lambda(a) => lambda::run(a),
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Bench => bench::run(),
     }
 }
 

@@ -12,24 +12,12 @@ const PUBLIC: u64 = 54_100;
 const FINAL: (&str, u64) = ("tests/data/final-test-data.csv.gz", 72_100);
 const HOSTILE: &str = "local-runner/tests/data/hostile-valid.json";
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Public payloads compared at the neighbour level (spread over the file).
-    #[arg(long, default_value_t = 2_000)]
-    sample: u64,
-    /// Compare all 54,100 public payloads at the neighbour level instead.
-    #[arg(long)]
-    all_neighbours: bool,
-    /// Generated payloads compared at the neighbour level.
-    #[arg(long, default_value_t = 2_000)]
-    generated: u64,
-    /// Adversarial queries compared at the neighbour level.
-    #[arg(long, default_value_t = 500)]
-    adversarial: u64,
-    /// Seed of the generated payloads and the adversarial anchors.
-    #[arg(long, default_value_t = 2026)]
-    seed: u64,
-}
+/// Payloads compared at the neighbour level: public (spread over the file), generated and
+/// adversarial, the last two from `SEED`.
+const SAMPLE: u64 = 2_000;
+const GENERATED: u64 = 2_000;
+const ADVERSARIAL: u64 = 500;
+const SEED: u64 = 2026;
 
 /// The last line of `local-runner verify`.
 #[derive(Deserialize, Serialize, Debug, Default)]
@@ -70,12 +58,12 @@ struct Gathered {
     hostile_current: bool,
 }
 
-pub fn run(args: Args) -> Result<()> {
-    let g = gather(&args)?;
-    util::verdict("verify", judge(&args, &g), &figures(&g), &g)
+pub fn run() -> Result<()> {
+    let g = gather()?;
+    util::verdict("verify", judge(&g), &figures(&g), &g)
 }
 
-fn gather(args: &Args) -> Result<Gathered> {
+fn gather() -> Result<Gathered> {
     util::run(&cmd!("cargo", "build", "--release", "-p", "local-runner", "-p", "labeller"))?;
     let release = util::target_dir().join("release");
     let local_runner = release.join("local-runner");
@@ -88,13 +76,7 @@ fn gather(args: &Args) -> Result<Gathered> {
     let out = util::read(&cmd!(&local_runner, "verify", FINAL.0))?;
     let final_answers = util::last_json(&out, "local-runner verify (final set)")?;
     log!("neighbours: the embedded index's search against the labeller");
-    let Args { generated: gen, adversarial: adv, seed, sample, .. } = args;
-    let mut argv = format!(
-        "verify --neighbours {TEST_SET} --generated {gen} --adversarial {adv} --seed {seed}"
-    );
-    if !args.all_neighbours {
-        argv += &format!(" --sample {sample}");
-    }
+    let argv = format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}");
     let argv = argv.split(' ');
     let out = util::read(&duct::cmd(&local_runner, argv).dir(util::root()))?;
     let neighbours = util::last_json(&out, "local-runner verify --neighbours")?;
@@ -105,17 +87,14 @@ fn gather(args: &Args) -> Result<Gathered> {
 }
 
 /// Every answer exact; every neighbour compared as asked with no difference, and ties there.
-fn judge(args: &Args, g: &Gathered) -> bool {
+fn judge(g: &Gathered) -> bool {
     let (a, n) = (&g.answers, &g.neighbours);
-    let public_wanted = if args.all_neighbours { PUBLIC } else { args.sample.min(PUBLIC) };
     let exact = |a: &Answers, n| a.total == n && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
     let answers_ok = exact(a, PUBLIC) && exact(&g.final_answers, FINAL.1);
-    let neighbours_ok = n.public == public_wanted
-        && n.generated == args.generated
-        && n.adversarial == args.adversarial
+    let neighbours_ok = (n.public, n.generated, n.adversarial) == (SAMPLE, GENERATED, ADVERSARIAL)
         && n.compared == n.public + n.generated + n.adversarial
         && n.vector_differences + n.neighbour_differences + n.decision_differences == 0
-        && (args.adversarial == 0 || n.ties_across_fifth > 0);
+        && n.ties_across_fifth > 0;
     answers_ok && neighbours_ok && g.hostile_current
 }
 
@@ -149,10 +128,6 @@ mod tests {
     const ANSWERS: &str = r#"{"total":54100,"tp":24500,"tn":29600,"fp":0,"fn":0,"errors":0,"score_mismatches":0,"detection_score":3000.0,"p50_us":8.5,"p99_us":30.1}"#;
     const NEIGHBOURS: &str = r#"{"compared":4500,"public":2000,"generated":2000,"adversarial":500,"refused_by_both":0,"vector_differences":0,"neighbour_differences":0,"decision_differences":0,"ties_across_fifth":37,"ties_decided_by_f64":2,"wall_s":12.5}"#;
 
-    fn args() -> Args {
-        Args { sample: 2000, all_neighbours: false, generated: 2000, adversarial: 500, seed: 1 }
-    }
-
     fn gathered() -> Gathered {
         Gathered {
             answers: util::last_json(&format!("progress\n{ANSWERS}"), "a").unwrap(),
@@ -166,7 +141,7 @@ mod tests {
     #[test]
     fn exact_answers_and_no_difference_pass_and_anything_else_fails() {
         let g = gathered();
-        assert!(judge(&args(), &g));
+        assert!(judge(&g));
         assert_eq!(
             figures(&g),
             "answers 54100/54100 exact (FP 0, FN 0, errors 0, detection 3000.00, 3.0 s); \
@@ -186,9 +161,8 @@ mod tests {
             f(&mut g);
             g
         }) {
-            assert!(!judge(&args(), &broken));
+            assert!(!judge(&broken));
         }
-        assert!(!judge(&Args { all_neighbours: true, ..args() }, &gathered()));
         let stale = Gathered { hostile_current: false, ..gathered() };
         assert!(figures(&stale).ends_with("hostile cases STALE"));
     }

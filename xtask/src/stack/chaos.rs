@@ -21,21 +21,17 @@ pub struct Args {
     /// Length of each victim's load in seconds (at least 30).
     #[arg(long, default_value_t = 30)]
     seconds: u32,
-    /// Seconds of load before the kill.
-    #[arg(long, default_value_t = 10)]
-    first_kill: u64,
-    /// The APIs killed, in order, each under its own k6 run.
-    #[arg(long, value_delimiter = ',', default_value = "api1,api2")]
-    victims: Vec<String>,
-    /// Most failed requests allowed per kill.
-    #[arg(long, default_value_t = 10)]
-    max_failed: usize,
-    /// Longest time allowed from the victim's own /ready 200 to HAProxy sending it sessions.
-    #[arg(long, default_value_t = 3000)]
-    max_rotation_ms: u64,
     #[command(flatten)]
     common: Common,
 }
+
+/// The APIs killed, in order, each under its own k6 run, `FIRST_KILL_S` seconds into it.
+const VICTIMS: [&str; 2] = ["api1", "api2"];
+const FIRST_KILL_S: u64 = 10;
+/// Most failed requests allowed per kill, and the longest time allowed from the victim's own
+/// `/ready` 200 to HAProxy sending it sessions.
+const MAX_FAILED: usize = 10;
+const MAX_ROTATION_MS: u64 = 3000;
 
 /// A request may start a little before the kill command returns and still die with the victim.
 const SLACK_MS: u64 = 200;
@@ -118,14 +114,14 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(enough, "the instance-loss gate needs at least 600 req/s for at least 30 s");
     let Some(mut g) = Gate::start("chaos", &a.common, false)? else { return Ok(()) };
     let monitor = g.monitor(Duration::from_millis(100), true, vec![])?;
-    let restarts = |g: &Gate, v: &String| Ok(inspect(&g.compose.id(v)?)?.restart_count);
-    let restarts_before = a.victims.iter().map(|v| restarts(&g, v)).collect::<Result<Vec<_>>>()?;
-    let (rate, seconds, victims, load) = (a.rate, a.seconds, &a.victims, &g.load_start);
-    log!("chaos: {rate} req/s for {seconds} s, kills {victims:?} (load {load})");
+    let restarts = |g: &Gate, v: &str| Ok(inspect(&g.compose.id(v)?)?.restart_count);
+    let restarts_before = VICTIMS.iter().map(|v| restarts(&g, v)).collect::<Result<Vec<_>>>()?;
+    let (rate, seconds, load) = (a.rate, a.seconds, &g.load_start);
+    log!("chaos: {rate} req/s for {seconds} s, kills {VICTIMS:?} (load {load})");
     // One k6 run per kill, so that each victim holds half of k6's connections when it dies (after
     // a kill, mode tcp leaves every keep-alive connection on the survivor).
     let (mut kills, mut unexplained, mut summaries) = (vec![], vec![], vec![]);
-    for victim in &a.victims {
+    for victim in VICTIMS {
         if let Err(e) = wait_all_up(&g.compose, Duration::from_secs(15)) {
             g.problems.push(format!("before killing {victim}: {e:#}"));
         }
@@ -146,7 +142,7 @@ pub fn run(a: Args) -> Result<()> {
         log!("  {r:?}");
         reports.push(r);
     }
-    let problems = judge(&a, &reports, &unexplained, &summaries);
+    let problems = judge(&reports, &unexplained, &summaries);
     g.problems.extend(problems);
     let figures = figures(&a, &reports, unexplained.len(), &summaries, &g.problems);
     let overrides: Vec<_> = a.common.overrides.iter().map(|p| p.display().to_string()).collect();
@@ -155,7 +151,7 @@ pub fn run(a: Args) -> Result<()> {
     g.finish("chaos", &figures, report)
 }
 
-/// One k6 run with `victim` killed `--first-kill` seconds into it: the kill's time, the failed
+/// One k6 run with `victim` killed `FIRST_KILL_S` seconds into it: the kill's time, the failed
 /// requests k6 logged and its summary.
 fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = g.base.with_extension(victim);
@@ -169,7 +165,7 @@ fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Fai
     let k6 = k6::start("resilience.js", &env, &base)?;
     // The kill counts from the first requests (k6 first loads the test set for a few seconds).
     let t_traffic = wait_traffic(&g.compose)?;
-    let wait = (t_traffic + a.first_kill * 1000).saturating_sub(util::now_ms());
+    let wait = (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms());
     std::thread::sleep(Duration::from_millis(wait));
     let pid = inspect(&g.compose.id(victim)?)?.state.pid;
     let t = util::now_ms();
@@ -184,22 +180,17 @@ fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Fai
 
 /// The gate's problems: too many failures per kill, no restart, slow or no return to rotation,
 /// failures before any kill, any wrong answer.
-fn judge(
-    a: &Args,
-    reports: &[KillReport],
-    unexplained: &[Failure],
-    summaries: &[Summary],
-) -> Vec<String> {
+fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary]) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reports {
         let v = &r.victim;
-        if r.failed > a.max_failed {
-            problems.push(format!("{v}: {} requests failed (max {})", r.failed, a.max_failed));
+        if r.failed > MAX_FAILED {
+            problems.push(format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed));
         }
         if r.restarts == 0 {
             problems.push(format!("{v}: the engine did not restart it"));
         }
-        let (ready, up, sessions, max) = (r.ready_ms, r.up_ms, r.rotation_ms, a.max_rotation_ms);
+        let (ready, up, sessions, max) = (r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
         match r.rotation_after_ready() {
             Some(ms) if ms <= max => {}
             Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {max})")),
@@ -237,7 +228,7 @@ fn figures(
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
     let [down, ready, rotation] = each.map(|f| util::list(reports, |r| ms(f(r))));
     let (seconds, rate, max_failed, max_rotation) =
-        (a.seconds, a.rate, a.max_failed, a.max_rotation_ms);
+        (a.seconds, a.rate, MAX_FAILED, MAX_ROTATION_MS);
     format!(
         "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \
          marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {max_rotation}); \
@@ -299,7 +290,7 @@ mod tests {
         };
         let (args, summaries) =
             (crate::stack::parse::<Args>("--rate 600").unwrap(), [k6::summary(18_000, 0, &[])]);
-        assert!(judge(&args, std::slice::from_ref(&r), &[], &summaries).is_empty());
+        assert!(judge(std::slice::from_ref(&r), &[], &summaries).is_empty());
         assert_eq!(
             figures(&args, std::slice::from_ref(&r), 0, &summaries, &[]),
             "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
@@ -307,7 +298,7 @@ mod tests {
              FP 0 FN 0, p99 up to 2.50 ms"
         );
         let bad = KillReport { restarts: 0, failed: 11, rotation_ms: Some(9000), ..r };
-        let problems = judge(&args, &[bad], &[f], &[k6::summary(10, 2, &[])]);
+        let problems = judge(&[bad], &[f], &[k6::summary(10, 2, &[])]);
         let want = [
             "api1: 11 requests failed (max 10)",
             "api1: the engine did not restart it",

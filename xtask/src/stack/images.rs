@@ -19,24 +19,11 @@ pub struct Build {
 pub const API: &str = "fraud-api:latest";
 pub const HAPROXY: &str = "haproxy:2.6";
 
-#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
-pub enum Image {
-    Api,
-    Haproxy,
-}
-
-/// Builds the images (both unless `only`); returns their tags.
-pub fn build(args: &Build, only: Option<Image>) -> Result<Vec<&'static str>> {
-    let mut built = Vec::new();
-    if only != Some(Image::Api) {
-        haproxy()?;
-        built.push(HAPROXY);
-    }
-    if only != Some(Image::Haproxy) {
-        api(args.target_dir.clone().unwrap_or_else(|| util::target_dir().join("image")))?;
-        built.push(API);
-    }
-    Ok(built)
+/// Builds both images; returns their tags.
+pub fn build(args: &Build) -> Result<Vec<&'static str>> {
+    haproxy()?;
+    api(args.target_dir.clone().unwrap_or_else(|| util::target_dir().join("image")))?;
+    Ok(vec![HAPROXY, API])
 }
 
 fn api(target_dir: PathBuf) -> Result<()> {

@@ -4,7 +4,6 @@
 use crate::util::{self, root};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The project's test set of the final's shape (the contest's CSV layout, 72,100 payloads).
@@ -53,11 +52,6 @@ pub struct Trend {
     pub p99: f64,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Phase {
-    pub dropped_iterations: u64,
-}
-
 /// The fields of a k6 summary that the harness reads (the whole file stays beside the run).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Summary {
@@ -71,9 +65,6 @@ pub struct Summary {
     pub final_score: f64,
     /// When the first window starts (Unix ms).
     pub t0_ms: u64,
-    /// resilience.js's phases (`overload` when k6 offers it alone).
-    #[serde(default)]
-    pub phases: BTreeMap<String, Phase>,
     pub windows: Vec<Window>,
 }
 
@@ -145,10 +136,9 @@ pub fn summary(requests: u64, fp: u64, windows: &[(u32, u64, u64, f64)]) -> Summ
     let window =
         |&(w, n, errors, p99): &(u32, u64, u64, f64)| Window { w, n, errors, p50: 0.4, p99 };
     let windows = windows.iter().map(window).collect();
-    let phases = [("overload".to_string(), Phase { dropped_iterations: 7 })].into();
     let answers = Answers { fp, fn_: 0, errors: 0 };
     let latency_ms = Some(Trend { med: 0.5, p99: 2.5 });
-    Summary { requests, answers, latency_ms, final_score: 0.0, t0_ms: 1_000_000, phases, windows }
+    Summary { requests, answers, latency_ms, final_score: 0.0, t0_ms: 1_000_000, windows }
 }
 
 #[cfg(test)]
@@ -183,9 +173,6 @@ mod tests {
             "dropped_iterations":7}},"error_kinds":{},"windows":[]}"#,
         )
         .unwrap();
-        assert_eq!(
-            (r.latency().p99, r.phases["overload"].dropped_iterations, r.t0_ms),
-            (0.0, 7, 5)
-        );
+        assert_eq!((r.latency().p99, r.t0_ms), (0.0, 5));
     }
 }

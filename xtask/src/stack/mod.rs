@@ -48,7 +48,7 @@ impl Common {
     fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
         compose::require_tools(k6, wrk)?;
         if !self.no_build {
-            images::build(&self.images, None)?;
+            images::build(&self.images)?;
         }
         Ok(())
     }
@@ -61,7 +61,7 @@ pub struct Shape {
     /// tests/data/final-test-data.csv.gz once with a random id: ~100 s, up to ~1,130 req/s);
     /// `preview`: the preview (1 -> 900 req/s over 120 s, the public set); `smoke`: --rate for
     /// --seconds.
-    #[arg(long, alias = "mode", value_enum, default_value = "final")]
+    #[arg(long, value_enum, default_value = "final")]
     shape: Kind,
     /// Requests per second of `--shape smoke`.
     #[arg(long, default_value_t = SMOKE_RATE)]
@@ -79,7 +79,6 @@ pub const SMOKE_RATE: u32 = 1130;
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Final,
-    #[value(alias = "full")]
     Preview,
     Smoke,
 }
@@ -107,13 +106,7 @@ impl Shape {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Build the API image and the HAProxy stand-in (no registry needed).
-    Images {
-        #[command(flatten)]
-        build: images::Build,
-        /// Build only this image.
-        #[arg(long, value_enum)]
-        only: Option<images::Image>,
-    },
+    Images(images::Build),
     /// Contest rules and least privilege (compose config; with --running also the live stack).
     Check {
         #[arg(long)]
@@ -177,9 +170,9 @@ pub fn run(args: Args) -> Result<()> {
     let shared = matches!(args.command, Command::Check { .. });
     let _lock = if shared { None } else { Some(exclusive()?) };
     match args.command {
-        Command::Images { build, only } => {
+        Command::Images(build) => {
             util::docker_usable()?;
-            let built = images::build(&build, only)?;
+            let built = images::build(&build)?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running, overrides, submission } => {
@@ -287,7 +280,6 @@ mod tests {
         };
         assert_eq!(env(""), "MODE=final TEST_DATA=final-test-data.csv");
         assert_eq!(env("--shape preview"), "MODE=full TEST_DATA=test-data.json");
-        assert_eq!(env("--mode full"), env("--shape preview"));
         let smoke = "MODE=smoke TEST_DATA=test-data.json RATE=900 DURATION=20s";
         assert_eq!(env("--shape smoke --rate 900 --seconds 20"), smoke);
         assert!(parse::<Shape>("--shape fast").is_err());

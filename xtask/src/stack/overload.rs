@@ -1,6 +1,6 @@
 //! `cargo xtask stack overload`: 3x the contest peak for `--over` s, then recovery
 //! (docs/RESILIENCE.md). k6 offers the peak throughout and wrk adds about 2x during the overload
-//! (k6 alone cannot offer 3x next to the stack on this machine; `--generator k6` tries).
+//! (k6 alone cannot offer 3x next to the stack on this machine).
 
 use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Gate, Watch};
@@ -15,46 +15,27 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-enum Generator {
-    /// k6 at the peak rate throughout, wrk adding 2x the peak during the overload.
-    Wrk,
-    /// k6 alone offering 3x the peak during the overload (to compare generators).
-    K6,
-}
-
 #[derive(clap::Args)]
 pub struct Args {
     /// The contest peak (req/s): k6's steady rate; the overload offers 3x this in all.
     #[arg(long, default_value_t = super::SMOKE_RATE)]
     rate: u32,
-    /// Seconds at the peak rate before the overload.
-    #[arg(long, default_value_t = 10)]
-    before: u32,
-    /// Seconds of overload.
-    #[arg(long, default_value_t = 10)]
-    over: u32,
-    /// Seconds at the peak rate after the overload.
-    #[arg(long, default_value_t = 15)]
-    after: u32,
-    /// Who offers the overload.
-    #[arg(long, value_enum, default_value = "wrk")]
-    generator: Generator,
-    /// wrk connections during the overload (each paced by --wrk-delay-ms: up to 100 req/s each).
-    #[arg(long, default_value_t = 26)]
-    wrk_connections: u32,
-    /// Pause of each wrk connection before each request.
-    #[arg(long, default_value_t = 10)]
-    wrk_delay_ms: u32,
-    /// The p99 (per one-second window) that counts as recovered.
-    #[arg(long, default_value_t = 5.0)]
-    max_p99_ms: f64,
-    /// Latest start of the first recovered window, in seconds after the overload.
-    #[arg(long, default_value_t = 2.0)]
-    recover_s: f64,
     #[command(flatten)]
     common: Common,
 }
+
+/// Seconds at the peak before the overload, of overload, and at the peak after it.
+const BEFORE: u32 = 10;
+const OVER: u32 = 10;
+const AFTER: u32 = 15;
+/// wrk's connections during the overload, each pausing `WRK_DELAY_MS` before each request (up to
+/// 100 req/s each).
+const WRK_CONNECTIONS: u32 = 26;
+const WRK_DELAY_MS: u32 = 10;
+/// The p99 (per one-second window) that counts as recovered, and the latest start of the first
+/// recovered window, in seconds after the overload.
+const MAX_P99_MS: f64 = 5.0;
+const RECOVER_S: f64 = 2.0;
 
 /// The windows' verdict on recovery: the first whole second after the overload with p99 under
 /// `max_p99` and no error, how long after the end it starts, and the worst later second.
@@ -89,9 +70,9 @@ fn children_cpu_s() -> f64 {
 #[derive(Serialize)]
 struct Loaded {
     summary: Summary,
-    wrk: Option<WrkSummary>,
+    wrk: WrkSummary,
     #[serde(skip)]
-    span: Option<(u64, u64)>,
+    span: (u64, u64),
     k6_cpu_s: f64,
     wrk_cpu_s: f64,
     #[serde(skip)]
@@ -111,9 +92,7 @@ struct Measured {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let Some(mut g) = Gate::start("overload", &a.common, a.generator == Generator::Wrk)? else {
-        return Ok(());
-    };
+    let Some(mut g) = Gate::start("overload", &a.common, true)? else { return Ok(()) };
     // Written before the run, so that wrk starts at once when the overload is due.
     let bodies = bodies(400)?;
     let watch = Watch::start(&g.compose)?;
@@ -121,12 +100,12 @@ pub fn run(a: Args) -> Result<()> {
     let loaded = load(&a, &g, &bodies)?;
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), watch.finish()?);
-    let m = measure(&a, &loaded);
+    let m = measure(&loaded);
     let not_up =
         samples.iter().filter(|s| s.servers.values().any(|v| v.status != State::Up)).count();
-    let problems = judge(&a, &m, &containers, loaded.k6_status);
+    let problems = judge(&m, &containers, loaded.k6_status);
     g.problems.extend(problems);
-    let figures = figures(&a, &m, &loaded, &containers, not_up, &g.problems);
+    let figures = figures(&m, &loaded, &containers, not_up, &g.problems);
     let windows: Vec<String> = loaded
         .summary
         .windows
@@ -134,48 +113,34 @@ pub fn run(a: Args) -> Result<()> {
         .map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99))
         .collect();
     log!("per second (w: n/errors/p99 ms): {}", windows.join(" "));
-    let report = serde_json::json!({"generator": a.generator, "rate": a.rate, "measured": m, "loaded": loaded, "containers": containers});
+    let report = serde_json::json!({"rate": a.rate, "measured": m, "loaded": loaded, "containers": containers});
     g.finish("overload", &figures, report)
 }
 
-/// k6 at the peak throughout (or its own overload), wrk adding the overload in the middle.
+/// k6 at the peak throughout, wrk adding the overload in the middle.
 fn load(a: &Args, g: &Gate, bodies: &Path) -> Result<Loaded> {
-    let (rate, total) = (("RATE", a.rate.to_string()), a.before + a.over + a.after);
-    let env: Vec<(&str, String)> = match a.generator {
-        Generator::Wrk => vec![("MODE", "steady".into()), rate, ("DURATION", total.to_string())],
-        Generator::K6 => {
-            let phases = [("BEFORE", a.before), ("OVER", a.over), ("AFTER", a.after)];
-            let phases = phases.map(|(k, v)| (k, v.to_string()));
-            [vec![("MODE", "overload".into()), rate], phases.into()].concat()
-        }
-    };
-    let (generator, rate, over, before, load) =
-        (a.generator, a.rate, a.over, a.before, util::loadavg());
-    log!("overload ({generator:?}): {rate} req/s, 3x for {over} s after {before} s (load {load})");
+    let (rate, total) = (a.rate.to_string(), (BEFORE + OVER + AFTER).to_string());
+    let env = [("MODE", "steady".into()), ("RATE", rate), ("DURATION", total)];
+    let (rate, load) = (a.rate, util::loadavg());
+    log!("overload: {rate} req/s, 3x for {OVER} s after {BEFORE} s (load {load})");
     // CPU of the generators: children's rusage grows when a child is waited for (wrk, then k6).
     let cpu0 = children_cpu_s();
     let k6 = k6::start("resilience.js", &env, &g.base)?;
-    let (mut wrk, mut span) = (None, None);
-    if a.generator == Generator::Wrk {
-        // k6 starts sending a few seconds after it starts (it loads the test set first).
-        wait_traffic(&g.compose)?;
-        std::thread::sleep(Duration::from_secs(a.before.into()));
-        let t0 = util::now_ms();
-        wrk = Some(run_wrk(a, bodies, &k6::file(&g.base, "wrk.log"))?);
-        span = Some((t0, util::now_ms()));
-    }
+    // k6 starts sending a few seconds after it starts (it loads the test set first).
+    wait_traffic(&g.compose)?;
+    std::thread::sleep(Duration::from_secs(BEFORE.into()));
+    let t0 = util::now_ms();
+    let wrk = run_wrk(bodies, &k6::file(&g.base, "wrk.log"))?;
+    let span = (t0, util::now_ms());
     let wrk_cpu_s = children_cpu_s() - cpu0;
     let (status, summary) = k6::finish(&k6, &g.base)?;
     let k6_cpu_s = children_cpu_s() - cpu0 - wrk_cpu_s;
     Ok(Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status: status })
 }
 
-fn measure(a: &Args, l: &Loaded) -> Measured {
+fn measure(l: &Loaded) -> Measured {
     let t0 = l.summary.t0_ms as f64;
-    let (start_s, end_s) = match l.span {
-        Some((s, e)) => ((s as f64 - t0) / 1000.0, (e as f64 - t0) / 1000.0),
-        None => (f64::from(a.before), f64::from(a.before + a.over)),
-    };
+    let (start_s, end_s) = ((l.span.0 as f64 - t0) / 1000.0, (l.span.1 as f64 - t0) / 1000.0);
     let windows = &l.summary.windows;
     let during: Vec<&Window> = windows
         .iter()
@@ -184,7 +149,7 @@ fn measure(a: &Args, l: &Loaded) -> Measured {
     let n = during.len().max(1) as f64;
     let mean = |f: &dyn Fn(&Window) -> f64| during.iter().map(|w| f(w)).sum::<f64>() / n;
     let (k6_rps, k6_served) = (mean(&|w| w.n as f64), mean(&|w| (w.n - w.errors) as f64));
-    let (wrk_offered, wrk_served) = l.wrk.as_ref().map_or((0.0, 0.0), WrkSummary::rates);
+    let (wrk_offered, wrk_served) = l.wrk.rates();
     Measured {
         over_start_s: start_s,
         over_end_s: end_s,
@@ -192,14 +157,14 @@ fn measure(a: &Args, l: &Loaded) -> Measured {
         served_rps: k6_served + wrk_served,
         k6_overload_rps: k6_rps,
         p99_during_max_ms: during.iter().map(|w| w.p99).fold(0.0, f64::max),
-        recovery: recovery(windows, end_s, a.before + a.over + a.after, a.max_p99_ms),
+        recovery: recovery(windows, end_s, BEFORE + OVER + AFTER, MAX_P99_MS),
     }
 }
 
 /// The gate's problems: any container trouble, a late or no recovery, k6 failing.
-fn judge(a: &Args, m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<String> {
+fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<String> {
     let mut problems: Vec<String> = c.iter().filter_map(Container::trouble).collect();
-    let (max_p99, max_s) = (a.max_p99_ms, a.recover_s);
+    let (max_p99, max_s) = (MAX_P99_MS, RECOVER_S);
     match m.recovery.after_end_s {
         Some(s) if s <= max_s => {}
         Some(s) => problems.push(format!(
@@ -213,32 +178,18 @@ fn judge(a: &Args, m: &Measured, c: &[Container], k6: std::process::ExitStatus) 
     problems
 }
 
-fn figures(
-    a: &Args,
-    m: &Measured,
-    l: &Loaded,
-    c: &[Container],
-    not_up: usize,
-    p: &[String],
-) -> String {
+fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String]) -> String {
     let (s, r) = (&l.summary, &m.recovery);
-    let generators = match &l.wrk {
-        Some(w) => format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, w.rates().0),
-        None => format!(
-            "k6 alone, {} dropped",
-            s.phases.get("overload").map_or(0, |p| p.dropped_iterations)
-        ),
-    };
+    let generators = format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, l.wrk.rates().0);
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
     let later = r.worst_later_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
     let restarts: u32 = c.iter().map(|c| c.restarts).sum();
     let ooms: u64 = c.iter().map(Container::oom_kills).sum();
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
-    let (length, wrk_errors) =
-        (m.over_end_s - m.over_start_s, l.wrk.as_ref().map_or(0, |w| w.errors()));
+    let (length, wrk_errors) = (m.over_end_s - m.over_start_s, l.wrk.errors());
     let (errors, fp, fn_) = (s.answers.errors, s.answers.fp, s.answers.fn_);
     let (max_p99, max_s, memory, problems) =
-        (a.max_p99_ms, a.recover_s, memory_figures(c), util::problems_suffix(p));
+        (MAX_P99_MS, RECOVER_S, memory_figures(c), util::problems_suffix(p));
     let (k6_cpu, wrk_cpu) = (l.k6_cpu_s, l.wrk_cpu_s);
     format!(
         "offered {offered:.0} req/s for {length:.1} s ({generators}), served {served:.0} req/s; errors k6 {errors} wrk {wrk_errors}, FP {fp} FN {fn_}; \
@@ -297,14 +248,13 @@ fn bodies(n: usize) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// A paced wrk run with the `bodies` file: `--wrk-connections` for `--over` seconds, each waiting
-/// `--wrk-delay-ms` before each request; output kept in `log`.
-fn run_wrk(a: &Args, bodies: &Path, log: &Path) -> Result<WrkSummary> {
-    let (c, d) = (format!("-c{}", a.wrk_connections), format!("-d{}s", a.over));
+/// A paced wrk run with the `bodies` file, for the overload; output kept in `log`.
+fn run_wrk(bodies: &Path, log: &Path) -> Result<WrkSummary> {
+    let (c, d) = (format!("-c{WRK_CONNECTIONS}"), format!("-d{OVER}s"));
     let script = root().join("k6/wrk-post.lua");
     let e =
         duct::cmd!("wrk", "-t2", c, d, "--timeout", "2s", "-s", script, "http://127.0.0.1:9999");
-    let e = e.env("WRK_BODIES", bodies).env("WRK_DELAY_MS", a.wrk_delay_ms.to_string());
+    let e = e.env("WRK_BODIES", bodies).env("WRK_DELAY_MS", WRK_DELAY_MS.to_string());
     let out = e.stdout_capture().stderr_capture().unchecked().run().context("cannot start wrk")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     std::fs::write(log, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))?;
@@ -319,30 +269,26 @@ mod tests {
         Window { w, n: 900, errors, p50: 0.4, p99 }
     }
 
-    fn args() -> Args {
-        crate::stack::parse("").unwrap()
-    }
-
     /// k6 at 900 req/s, slow for the two seconds of the overload (10-12 s) and one after it.
-    fn loaded(wrk: bool) -> Loaded {
+    fn loaded() -> Loaded {
         let windows: Vec<_> =
             (0..35).map(|s| (s, 900, 0, if (10..13).contains(&s) { 40.0 } else { 1.0 })).collect();
-        let wrk = wrk.then(|| serde_json::from_str(r#"{"requests":3600,"duration_us":2000000,"status200":3500,"non200":100,"connect":0,"read":0,"write":0,"timeout":0,"p50_us":800,"p99_us":4000,"max_us":9000}"#).unwrap());
-        let span = wrk.is_some().then_some((1_010_000, 1_012_000));
+        let wrk = serde_json::from_str(r#"{"requests":3600,"duration_us":2000000,"status200":3500,"non200":100,"connect":0,"read":0,"write":0,"timeout":0,"p50_us":800,"p99_us":4000,"max_us":9000}"#).unwrap();
         let (k6_status, summary) =
             (std::os::unix::process::ExitStatusExt::from_raw(0), k6::summary(31_500, 0, &windows));
+        let span = (1_010_000, 1_012_000);
         Loaded { summary, wrk, span, k6_cpu_s: 20.0, wrk_cpu_s: 3.0, k6_status }
     }
 
     #[test]
     fn the_overload_is_measured_and_judged() {
-        let (a, l) = (args(), loaded(true));
-        let m = measure(&a, &l);
+        let l = loaded();
+        let m = measure(&l);
         let rates = (m.over_start_s, m.over_end_s, m.offered_rps, m.served_rps);
         assert_eq!(rates, (10.0, 12.0, 2700.0, 2650.0));
         assert_eq!((m.p99_during_max_ms, m.recovery.first_ok_window), (40.0, Some(13)));
-        assert!(judge(&a, &m, &[], l.k6_status).is_empty());
-        let f = figures(&a, &m, &l, &[], 0, &[]);
+        assert!(judge(&m, &[], l.k6_status).is_empty());
+        let f = figures(&m, &l, &[], 0, &[]);
         assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 100, FP 0 FN 0;"), "{f}");
         assert!(
             f.contains(
@@ -350,11 +296,9 @@ mod tests {
             ),
             "{f}"
         );
-        let k6_alone = figures(&a, &measure(&a, &loaded(false)), &loaded(false), &[], 0, &[]);
-        assert!(k6_alone.contains("(k6 alone, 7 dropped)"), "{k6_alone}");
         let never = Recovery { first_ok_window: None, after_end_s: None, worst_later_p99_ms: None };
         let (late, status) = (Measured { recovery: never, ..m }, l.k6_status);
-        assert_eq!(judge(&a, &late, &[], status), ["p99 never back under 5 ms after the overload"]);
+        assert_eq!(judge(&late, &[], status), ["p99 never back under 5 ms after the overload"]);
     }
 
     #[test]
