@@ -17,9 +17,6 @@ pub struct Args {
     /// Starts per mode.
     #[arg(long, default_value_t = 10)]
     starts: usize,
-    /// Queries after each start (figures for the first 1, 10 and this many).
-    #[arg(long, default_value_t = 100)]
-    queries: usize,
     /// Use the last build's package as it is.
     #[arg(long)]
     skip_build: bool,
@@ -27,6 +24,9 @@ pub struct Args {
     #[arg(long)]
     markdown: Option<PathBuf>,
 }
+
+/// Queries after each start (figures for the first 1, 10 and this many).
+const QUERIES: usize = 100;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -87,7 +87,7 @@ struct Setup {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    ensure!(a.starts > 0 && a.queries >= 10, "need --starts >= 1 and --queries >= 10");
+    ensure!(a.starts > 0, "need --starts >= 1");
     let t = Instant::now();
     drop_caches().context("dropping the page cache needs root")?;
     let tools = Tools::ensure()?;
@@ -102,7 +102,7 @@ pub fn run(a: Args) -> Result<()> {
         want: logs::expected(&pkg.index_artifact)?,
         defaults: sam::defaults()?,
         ready: events::read_event("function-url/ready.json")?,
-        queries: events::spread(&entries, a.queries, false).into_iter().map(query).collect(),
+        queries: events::spread(&entries, QUERIES, false).into_iter().map(query).collect(),
         tools,
         pkg,
     };
@@ -116,8 +116,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
     let (date, bootstrap_sha256) = (util::date(), setup.pkg.sha256.clone());
-    let batch =
-        Batch { date, loadavg_before, queries: a.queries, bootstrap_sha256, starts, summary };
+    let batch = Batch { date, loadavg_before, queries: QUERIES, bootstrap_sha256, starts, summary };
     let table = markdown(&batch);
     println!("{table}");
     if let Some(path) = &a.markdown {
