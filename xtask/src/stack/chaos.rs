@@ -5,7 +5,7 @@
 
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Gate};
-use super::monitor::Sample;
+use super::probe::Sample;
 use super::probe::State;
 use super::{compose::inspect, Common};
 use crate::util::{self, log};
@@ -239,8 +239,8 @@ fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::monitor::Server;
     use crate::stack::probe::Probe;
+    use crate::stack::probe::Server;
 
     /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
     fn samples(rows: &str) -> Vec<Sample> {

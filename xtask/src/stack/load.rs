@@ -4,10 +4,8 @@
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
 use super::k6::{self, Summary};
-use super::monitor::{Config, Monitor};
-use super::probe::{
-    haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready, StatRow, State,
-};
+use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
+use super::probe::{Config, Monitor, StatRow, State};
 use super::{check, Common, Shape};
 use crate::util::{self, log};
 use anyhow::Result;

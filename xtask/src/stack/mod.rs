@@ -10,7 +10,6 @@ mod images;
 mod k6;
 mod load;
 mod measure;
-mod monitor;
 mod overload;
 mod probe;
 mod submission;

@@ -1,15 +1,20 @@
 //! Asking the stack how it is: `GET /ready` on a new TCP connection or an API's own Unix socket,
 //! and HAProxy's `show stat` CSV as typed rows and states. An external project is asked on port
-//! 9999 only, with a scored `POST /fraud-score` where it has no `/ready`.
+//! 9999 only, with a scored `POST /fraud-score` where it has no `/ready`. [`Monitor`]: a sampler
+//! thread of all that (and memory) under load, as JSON lines.
 
+use super::cgroup::Cgroup;
 use crate::util;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
@@ -205,6 +210,104 @@ pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     parse_stat(&text)
+}
+
+/// HAProxy's state of one server.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Server {
+    pub status: State,
+    pub scur: u64,
+    pub stot: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct Sample {
+    /// Unix time in ms.
+    pub t: u64,
+    pub servers: BTreeMap<String, Server>,
+    /// Connections open and queued on the backend (all servers), and on the frontend.
+    pub backend_scur: Option<u64>,
+    pub backend_qcur: Option<u64>,
+    pub frontend_scur: Option<u64>,
+    pub haproxy_error: Option<String>,
+    pub ready: BTreeMap<String, Probe>,
+    pub probe: Option<Probe>,
+    pub mem_mb: BTreeMap<String, f64>,
+}
+
+pub struct Config {
+    pub socket_dir: PathBuf,
+    pub apis: Vec<String>,
+    pub interval: Duration,
+    pub probe: bool,
+    pub memory: Vec<(String, Cgroup)>,
+    pub out: PathBuf,
+}
+
+/// One sample of the stack as it is now.
+fn sample(cfg: &Config) -> Sample {
+    let mut s = Sample { t: util::now_ms(), ..Sample::default() };
+    match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
+        Ok(rows) => {
+            for r in rows {
+                match (r.pxname.as_str(), r.svname.as_str()) {
+                    (_, "FRONTEND") => s.frontend_scur = r.scur,
+                    ("apis", "BACKEND") => (s.backend_scur, s.backend_qcur) = (r.scur, r.qcur),
+                    ("apis", name) => {
+                        let server = Server {
+                            status: r.status,
+                            scur: r.scur.unwrap_or(0),
+                            stot: r.stot.unwrap_or(0),
+                        };
+                        s.servers.insert(name.to_string(), server);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Err(e) => s.haproxy_error = Some(format!("{e:#}")),
+    }
+    for api in &cfg.apis {
+        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), Duration::from_millis(300));
+        s.ready.insert(api.clone(), p);
+    }
+    s.probe = cfg.probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
+    for (name, cg) in &cfg.memory {
+        s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
+    }
+    s
+}
+
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<Sample>>,
+}
+
+impl Monitor {
+    pub fn start(cfg: Config) -> std::io::Result<Monitor> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&cfg.out)?);
+        let handle = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let s = sample(&cfg);
+                let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
+                all.push(s);
+                std::thread::sleep(cfg.interval.saturating_sub(t.elapsed()));
+            }
+            let _ = out.flush();
+            all
+        });
+        Ok(Monitor { stop, handle })
+    }
+
+    /// Stops sampling and returns every sample.
+    pub fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
