@@ -18,15 +18,14 @@ pub struct Args {
     /// Requests per second offered through HAProxy (at least 600; default the final's peak).
     #[arg(long, default_value_t = super::SMOKE_RATE)]
     rate: u32,
-    /// Length of each victim's load in seconds (at least 30).
-    #[arg(long, default_value_t = 30)]
-    seconds: u32,
     #[command(flatten)]
     common: Common,
 }
 
-/// The APIs killed, in order, each under its own k6 run, `FIRST_KILL_S` seconds into it.
+/// The APIs killed, in order, each under its own k6 run of `SECONDS`, `FIRST_KILL_S` seconds
+/// into it.
 const VICTIMS: [&str; 2] = ["api1", "api2"];
+const SECONDS: u32 = 30;
 const FIRST_KILL_S: u64 = 10;
 /// Most failed requests allowed per kill, and the longest time allowed from the victim's own
 /// `/ready` 200 to HAProxy sending it sessions.
@@ -110,14 +109,13 @@ pub fn attribute(kills: &[u64], failures: &[Failure]) -> (Vec<Vec<Failure>>, Vec
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let enough = a.rate >= 600 && a.seconds >= 30;
-    ensure!(enough, "the instance-loss gate needs at least 600 req/s for at least 30 s");
+    ensure!(a.rate >= 600, "the instance-loss gate needs at least 600 req/s");
     let Some(mut g) = Gate::start("chaos", &a.common, false)? else { return Ok(()) };
     let monitor = g.monitor(Duration::from_millis(100), true, vec![])?;
     let restarts = |g: &Gate, v: &str| Ok(inspect(&g.compose.id(v)?)?.restart_count);
     let restarts_before = VICTIMS.iter().map(|v| restarts(&g, v)).collect::<Result<Vec<_>>>()?;
-    let (rate, seconds, load) = (a.rate, a.seconds, &g.load_start);
-    log!("chaos: {rate} req/s for {seconds} s, kills {VICTIMS:?} (load {load})");
+    let (rate, load) = (a.rate, &g.load_start);
+    log!("chaos: {rate} req/s for {SECONDS} s, kills {VICTIMS:?} (load {load})");
     // One k6 run per kill, so that each victim holds half of k6's connections when it dies (after
     // a kill, mode tcp leaves every keep-alive connection on the survivor).
     let (mut kills, mut unexplained, mut summaries) = (vec![], vec![], vec![]);
@@ -146,7 +144,7 @@ pub fn run(a: Args) -> Result<()> {
     g.problems.extend(problems);
     let figures = figures(&a, &reports, unexplained.len(), &summaries, &g.problems);
     let overrides: Vec<_> = a.common.overrides.iter().map(|p| p.display().to_string()).collect();
-    let report = serde_json::json!({"rate": a.rate, "seconds": a.seconds, "overrides": overrides,
+    let report = serde_json::json!({"rate": a.rate, "seconds": SECONDS, "overrides": overrides,
         "summaries": summaries, "kills": reports, "unexplained_failures": unexplained});
     g.finish("chaos", &figures, report)
 }
@@ -155,7 +153,7 @@ pub fn run(a: Args) -> Result<()> {
 /// requests k6 logged and its summary.
 fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = g.base.with_extension(victim);
-    let (rate, seconds) = (a.rate.to_string(), a.seconds.to_string());
+    let (rate, seconds) = (a.rate.to_string(), SECONDS.to_string());
     let env = [
         ("MODE", "steady".into()),
         ("RATE", rate),
@@ -227,8 +225,7 @@ fn figures(
     let each: [fn(&KillReport) -> Option<u64>; 3] =
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
     let [down, ready, rotation] = each.map(|f| util::list(reports, |r| ms(f(r))));
-    let (seconds, rate, max_failed, max_rotation) =
-        (a.seconds, a.rate, MAX_FAILED, MAX_ROTATION_MS);
+    let (seconds, rate, max_failed, max_rotation) = (SECONDS, a.rate, MAX_FAILED, MAX_ROTATION_MS);
     format!(
         "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \
          marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {max_rotation}); \

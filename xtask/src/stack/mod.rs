@@ -110,11 +110,9 @@ enum Command {
     Check {
         #[arg(long)]
         running: bool,
-        #[arg(short = 'f', long = "override")]
-        overrides: Vec<PathBuf>,
         /// Check this submission directory's docker-compose.yml instead, with the submission's
         /// rules (images pinned by digest and linux/amd64 here).
-        #[arg(long, conflicts_with = "overrides")]
+        #[arg(long)]
         submission: Option<PathBuf>,
     },
     /// One k6 replica of the official test against the stack.
@@ -133,18 +131,11 @@ enum Command {
     },
     /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN, crash,
     /// or when Docker is not usable (FRAUD_SKIP_STACK=1 skips it, loudly; CI never sets it).
-    Smoke {
-        #[arg(long, default_value_t = SMOKE_RATE)]
-        rate: u32,
-        #[arg(long, default_value_t = 15)]
-        seconds: u32,
-        #[command(flatten)]
-        common: Common,
-    },
+    Smoke(Common),
     /// Gate: instance loss (SIGKILL of each API under steady load through HAProxy).
     Chaos(chaos::Args),
     /// Gate: overload at 3x the contest peak, then recovery.
-    Overload(overload::Args),
+    Overload(Common),
     /// Alternated full runs of several configurations: table, medians, SVG, markdown.
     Batch(measure::Args),
     /// The contest's `submission` branch: images pushed and pinned by digest, compose, info.json.
@@ -174,9 +165,9 @@ pub fn run(args: Args) -> Result<()> {
             let built = images::build(&build)?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
-        Command::Check { running, overrides, submission } => {
+        Command::Check { running, submission } => {
             let compose =
-                submission.map_or_else(|| Compose::stack(&overrides), |d| Compose::submission(&d));
+                submission.map_or_else(|| Compose::stack(&[]), |d| Compose::submission(&d));
             let r = check::check(&compose, running)?;
             let (cpus, mb, n) = (r.cpus, r.memory_mb, r.problems.len());
             let also = if running { " (running stack too)" } else { "" };
@@ -185,12 +176,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         Command::Run { shape, common } => replica("stack run", shape, &common),
         Command::Floor { shape, common } => replica("stack floor", shape, &common),
-        Command::Smoke { rate, seconds, common } if gate_may_run("stack smoke")? => {
-            replica("stack smoke", Shape { shape: Kind::Smoke, rate, seconds }, &common)
+        Command::Smoke(common) if gate_may_run("stack smoke")? => {
+            let shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
+            replica("stack smoke", shape, &common)
         }
-        Command::Smoke { .. } => Ok(()),
+        Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),
-        Command::Overload(a) => overload::run(a),
+        Command::Overload(common) => overload::run(common),
         Command::Batch(a) => measure::run(a),
         Command::Submission(a) => submission::run(a),
     }

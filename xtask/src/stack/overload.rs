@@ -15,15 +15,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The contest peak (req/s): k6's steady rate; the overload offers 3x this in all.
-    #[arg(long, default_value_t = super::SMOKE_RATE)]
-    rate: u32,
-    #[command(flatten)]
-    common: Common,
-}
-
+/// k6's steady rate, the contest peak; the overload offers 3x this in all.
+const RATE: u32 = super::SMOKE_RATE;
 /// Seconds at the peak before the overload, of overload, and at the peak after it.
 const BEFORE: u32 = 10;
 const OVER: u32 = 10;
@@ -91,13 +84,13 @@ struct Measured {
     recovery: Recovery,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let Some(mut g) = Gate::start("overload", &a.common, true)? else { return Ok(()) };
+pub fn run(common: Common) -> Result<()> {
+    let Some(mut g) = Gate::start("overload", &common, true)? else { return Ok(()) };
     // Written before the run, so that wrk starts at once when the overload is due.
     let bodies = bodies(400)?;
     let watch = Watch::start(&g.compose)?;
     let monitor = g.monitor(Duration::from_millis(250), false, watch.cgroups())?;
-    let loaded = load(&a, &g, &bodies)?;
+    let loaded = load(&g, &bodies)?;
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), watch.finish()?);
     let m = measure(&loaded);
@@ -113,16 +106,16 @@ pub fn run(a: Args) -> Result<()> {
         .map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99))
         .collect();
     log!("per second (w: n/errors/p99 ms): {}", windows.join(" "));
-    let report = serde_json::json!({"rate": a.rate, "measured": m, "loaded": loaded, "containers": containers});
+    let report = serde_json::json!({"rate": RATE, "measured": m, "loaded": loaded, "containers": containers});
     g.finish("overload", &figures, report)
 }
 
 /// k6 at the peak throughout, wrk adding the overload in the middle.
-fn load(a: &Args, g: &Gate, bodies: &Path) -> Result<Loaded> {
-    let (rate, total) = (a.rate.to_string(), (BEFORE + OVER + AFTER).to_string());
+fn load(g: &Gate, bodies: &Path) -> Result<Loaded> {
+    let (rate, total) = (RATE.to_string(), (BEFORE + OVER + AFTER).to_string());
     let env = [("MODE", "steady".into()), ("RATE", rate), ("DURATION", total)];
-    let (rate, load) = (a.rate, util::loadavg());
-    log!("overload: {rate} req/s, 3x for {OVER} s after {BEFORE} s (load {load})");
+    let load = util::loadavg();
+    log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {load})");
     // CPU of the generators: children's rusage grows when a child is waited for (wrk, then k6).
     let cpu0 = children_cpu_s();
     let k6 = k6::start("resilience.js", &env, &g.base)?;

@@ -25,9 +25,6 @@ pub struct Args {
     /// The end-to-end test on a loopback registry (REF on 127.0.0.1:PORT); see the module doc.
     #[arg(long)]
     test: bool,
-    /// Requests per second of the test's smoke (for 15 s).
-    #[arg(long, default_value_t = SMOKE_RATE)]
-    rate: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -61,7 +58,7 @@ pub fn run(a: Args) -> Result<()> {
         figures += &format!(" (the local haproxy:2.6 is the project's stand-in, pushed as {s})");
     }
     if registry.is_some() {
-        let shape = Shape { shape: Kind::Smoke, rate: a.rate, seconds: 15 };
+        let shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
         for id in [images::API, images::HAPROXY].map(image_id) {
             util::run(&util::cmd!("docker", "image", "rm", "-f", id?).stdout_null())?;
         }
