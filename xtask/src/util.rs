@@ -168,7 +168,6 @@ pub fn http_agent(timeout: Duration) -> ureq::Agent {
     config.http_status_as_error(false).build().into()
 }
 
-/// Sends `signal` to process `pid`.
 pub fn signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<()> {
     Ok(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?)
 }
@@ -247,7 +246,6 @@ impl ScratchImage {
         self
     }
 
-    /// Writes the archive to `path`.
     pub fn write(&mut self, path: &Path) -> Result<()> {
         let parents: Vec<String> = (self.0.keys().flat_map(|k| Path::new(k).ancestors().skip(1)))
             .map(|a| a.to_string_lossy().into_owned())

@@ -103,7 +103,6 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// Reads the function's JSON answer.
     pub fn parse(raw: &[u8]) -> Result<Answer> {
         let r: LambdaResponse = match serde_json::from_slice(raw) {
             Ok(r) => r,

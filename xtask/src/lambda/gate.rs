@@ -55,7 +55,6 @@ struct Emulated {
     log: Log,
 }
 
-/// Everything the gate gathered.
 struct Gathered {
     validate: Result<String>,
     package: Result<Package>,

@@ -14,7 +14,6 @@ const SAM_CLI: &str = "aws-sam-cli==1.170.0";
 /// The function's logical id in template.yaml (and the Makefile's target).
 pub const FUNCTION: &str = "FraudScoreFunction";
 
-/// Where the tools are.
 pub struct Tools {
     pub sam: PathBuf,
     pub rie: PathBuf,

@@ -40,7 +40,6 @@ impl Cgroup {
         Ok(Cgroup { memory: find("memory")?, cpuacct: find("cpuacct")?, cpu: find("cpu")? })
     }
 
-    /// Reads every counter.
     pub fn snapshot(&self) -> Result<Snapshot> {
         let mem = |f: &str| read(&self.memory.join(f)).and_then(|s| number(&s));
         let (cpu_stat, oom) = (

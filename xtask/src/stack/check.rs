@@ -2,7 +2,7 @@
 //! on a running stack, on what Docker applied and what /proc says of each main process; a
 //! submission ([`pinned`]) also names every image by digest, each here as linux/amd64.
 
-use super::compose::{inspect, Compose};
+use super::compose::{image_inspect, inspect, Compose};
 use crate::util::log;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -166,13 +166,6 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
     Ok(problems)
 }
 
-/// `os/architecture` of a local image, as `docker image inspect` says.
-pub fn architecture(image: &str) -> Option<String> {
-    let e =
-        duct::cmd!("docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image);
-    e.stderr_null().read().ok()
-}
-
 /// The balancer's configuration: `mode tcp`, `balance roundrobin`, nothing that answers or routes
 /// by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
@@ -231,7 +224,8 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
     let yaml = compose.config()?;
     let mut r = rules(&yaml)?;
     if compose.pinned {
-        r.problems.extend(pinned(&yaml, architecture)?);
+        let arch = |image: &str| image_inspect(image, "{{.Os}}/{{.Architecture}}");
+        r.problems.extend(pinned(&yaml, arch)?);
     }
     let cfg = compose.dir.join("docker/haproxy/haproxy.cfg");
     let cfg =

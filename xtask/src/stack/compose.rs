@@ -94,7 +94,6 @@ impl Compose {
         Ok(services)
     }
 
-    /// `docker-compose <args>` of this project.
     pub fn command(&self, args: &[&str]) -> duct::Expression {
         let mut argv = vec!["--project-directory".into(), self.dir.clone()];
         argv.extend(self.files.iter().flat_map(|f| [PathBuf::from("-f"), f.clone()]));
@@ -123,7 +122,6 @@ impl Compose {
         util::read(&self.command(&["config"]))
     }
 
-    /// The container id of a running service.
     pub fn id(&self, service: &str) -> Result<String> {
         let id = util::read(&self.command(&["ps", "-q", service]))?.trim().to_string();
         ensure!(!id.is_empty(), "service {service} of {} has no container", self.project);
@@ -210,6 +208,11 @@ pub struct HostConfig {
 #[serde(rename_all = "PascalCase")]
 pub struct Config {
     pub user: String,
+}
+
+/// `docker image inspect --format <format>` of a local image (`None` when it is not here).
+pub fn image_inspect(image: &str, format: &str) -> Option<String> {
+    util::read(&cmd!("docker", "image", "inspect", "--format", format, image).stderr_null()).ok()
 }
 
 pub fn inspect(id: &str) -> Result<Inspect> {

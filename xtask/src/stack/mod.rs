@@ -26,7 +26,6 @@ pub struct Args {
     command: Command,
 }
 
-/// What every command that starts the stack takes.
 #[derive(clap::Args, Clone)]
 pub struct Common {
     /// Extra compose file applied on top of ours (repeatable), e.g.

@@ -4,7 +4,7 @@
 //! (CI) pushes to a loopback registry, removes the local images and runs the smoke against the
 //! directory's own compose file (images pulled by digest).
 
-use super::compose::Compose;
+use super::compose::{image_inspect, Compose};
 use super::{check, images, judge_replica, load, Common, Kind, Shape, SMOKE_RATE};
 use crate::util::{self, log, root};
 use anyhow::{ensure, Context, Result};
@@ -59,8 +59,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     if registry.is_some() {
         let shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
-        for id in [images::API, images::HAPROXY].map(image_id) {
-            util::run(&util::cmd!("docker", "image", "rm", "-f", id?).stdout_null())?;
+        for image in [images::API, images::HAPROXY] {
+            let id =
+                image_inspect(image, "{{.Id}}").with_context(|| format!("no image {image}"))?;
+            util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
         let run = load::load_run("submission", &c, shape, a.common.keep);
@@ -118,10 +120,6 @@ fn repository(reference: &str) -> &str {
     reference[slash..].find(':').map_or(reference, |i| &reference[..slash + i])
 }
 
-fn image_id(image: &str) -> Result<String> {
-    util::read(&util::cmd!("docker", "image", "inspect", "--format", "{{.Id}}", image))
-}
-
 /// `docker tag` + `docker push` of `local` as `reference`; returns `repository@sha256:...`.
 fn push(local: &str, reference: &str) -> Result<String> {
     util::run(&util::cmd!("docker", "tag", local, reference))?;
@@ -132,8 +130,8 @@ fn push(local: &str, reference: &str) -> Result<String> {
 
 /// `repository@sha256:...` of a local image that came from (or went to) `repository`.
 fn digest_of(image: &str, repository: &str) -> Option<String> {
-    let e = util::cmd!("docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image);
-    let digests: Vec<String> = serde_json::from_str(&util::read(&e).ok()?).ok()?;
+    let json = image_inspect(image, "{{json .RepoDigests}}")?;
+    let digests: Vec<String> = serde_json::from_str(&json).ok()?;
     digests.into_iter().find(|d| d.split_once('@').is_some_and(|(r, _)| r == repository))
 }
 

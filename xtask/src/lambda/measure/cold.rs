@@ -168,7 +168,6 @@ fn drop_caches() -> Result<()> {
     Ok(std::fs::write("/proc/sys/vm/drop_caches", "3")?)
 }
 
-/// The medians of `mode`'s starts.
 fn summarize(mode: Mode, starts: &[Start]) -> Summary {
     let of: Vec<&Start> = starts.iter().filter(|s| s.mode == mode).collect();
     let v = std::array::from_fn(|k| median(of.iter().map(|s| s.v[k]).collect()));
