@@ -37,7 +37,7 @@
 //!
 //! There is no heuristic early stop: the work adapts to the query, the answer does not.
 //!
-//! The search is bound by memory latency (the index is ~92 MB), so the boxes of a child and the
+//! The search is bound by memory latency (the index is 91.7 MB), so the boxes of a child and the
 //! rows of a block are prefetched when they enter the heap, before they are needed;
 //! prefetches are hints and cannot change an answer.
 
