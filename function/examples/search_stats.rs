@@ -1,6 +1,6 @@
-//! Where the handler's time goes on the public set: parse + vectorize vs search, and the work
-//! counters of the request path's search (nodes, blocks, rows, parked and replayed subtrees)
-//! at p50/p90/p99.
+//! Where the handler's time goes on the public set: parse + vectorize (and the same through serde
+//! only) vs search, and the work counters of the request path's search (nodes, blocks, rows,
+//! parked and replayed subtrees) at p50/p90/p99.
 //!
 //! `cargo run --release -p function --features embedded-index --example search_stats [_ [lazy|prefault|hugepages] [hot]]`
 //! (`PARK=0` proves the 5 neighbours instead of the vote; `PREFETCH=0` turns prefetching off;
@@ -151,6 +151,17 @@ fn main() {
         })
         .collect();
     show("handler ns", &mut handler);
+    // The same bodies through serde only (what the fast path saves), one pass in file order.
+    let mut serde: Vec<u64> = bodies
+        .iter()
+        .map(|b| {
+            let t = Instant::now();
+            let text = std::str::from_utf8(b).unwrap();
+            std::hint::black_box(vector::vectorize(&payload::with_serde(text).unwrap()).unwrap());
+            t.elapsed().as_nanos() as u64
+        })
+        .collect();
+    show("serde+vector ns", &mut serde);
     show("parse+vector ns", &mut parse);
     show("search ns", &mut search);
     show("nodes expanded", &mut nodes);
