@@ -1,10 +1,10 @@
 //! The fast path of [`super::parse`]: a scanner for the request's own shape that gives up
 //! (returns `None`) on anything it does not handle, so that the serde path decides.
 //!
-//! Why it exists: through serde, parsing a typical 430-byte body takes ~1.3 us with
-//! serde_json, ~1.27 us with sonic-rs and ~1.75 us with simd-json (haswell build, one core,
-//! the public set; the numbers of docs/results/2026-12-01-search.md), most of it field
-//! matching through the derived visitors; this scanner takes a fraction of that.
+//! Why it exists: through serde most of the parse is field matching through the derived
+//! visitors, and the SIMD JSON crates that borrow (sonic-rs, simd-json) were no faster on
+//! bodies this small; this scanner takes parse + vectorize from ~704 to ~630 ns at p50 (haswell
+//! build, one core, the public set: docs/results/2026-12-01-search.md).
 //!
 //! The contract, checked by the `payload` fuzz target and the tests below: whenever this
 //! returns `Some(p)`, the serde path returns `Ok(p)` for the same text. It therefore gives up on
