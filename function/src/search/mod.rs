@@ -302,6 +302,8 @@ struct Scratch {
     heap: BinaryHeap<Reverse<u64>>,
     pending: Vec<Pending>,
     parked: Vec<Pending>,
+    /// One dive's path: node, its children's bounds, the child taken.
+    path: Vec<(u32, [i32; GROUP_ROWS], usize)>,
     /// All references seen with distance <= the running 5th distance.
     cands: Vec<Cand>,
     /// The 5 smallest distances seen (with repetition), ascending, with their labels.
@@ -611,7 +613,9 @@ fn dive<S: Kernels>(
     prep: &Prepared,
     s: &mut Scratch,
 ) {
-    let mut path = [(0u32, [0i32; GROUP_ROWS], 0usize); MAX_DIVE];
+    // The path lives in the scratch: a fresh array would be zeroed on every dive.
+    let mut path = std::mem::take(&mut s.path);
+    path.clear();
     let mut depth = 0;
     let mut cur = p.child;
     while cur & BLOCK_BIT == 0 {
@@ -642,7 +646,7 @@ fn dive<S: Kernels>(
                 }
             }
         }
-        path[depth] = (cur, lbs, best);
+        path.push((cur, lbs, best));
         depth += 1;
         let bound = kc + lbs[best];
         if bound > s.bound(p.fraud) || depth == MAX_DIVE {
@@ -659,7 +663,7 @@ fn dive<S: Kernels>(
             s.replay();
         }
     }
-    for &(n, lbs, taken) in path[..depth].iter().rev() {
+    for &(n, lbs, taken) in path.iter().rev() {
         for (c, child) in index.node_children[n as usize].iter().enumerate() {
             let child = child.to_native();
             if child == NO_CHILD {
@@ -677,6 +681,7 @@ fn dive<S: Kernels>(
             s.file(pending);
         }
     }
+    s.path = path;
 }
 
 /// Asks the CPU to start loading what expanding `child` reads first (a hint: no effect on
