@@ -189,20 +189,21 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// An object whose known keys are `keys`: `field(cursor, k)` reads the value of each key,
-    /// `k` its index in `keys` (`None` for an unknown key, whose value must be a scalar). Keys
-    /// usually come in the order of `keys`, so the next one is tried first with one comparison
-    /// of the text; a known key seen twice gives up. Returns whether every known key was seen.
+    /// An object whose known keys are `keys`, of which the first `required` must be present:
+    /// `field(cursor, k)` reads the value of key `keys[k]` (an unknown key's value must be a
+    /// scalar). Keys usually come in the order of `keys`, so the next one is tried first with
+    /// one comparison of the text; a known key seen twice, or a required one missing, gives up.
     fn object(
         &mut self,
         keys: &[&str],
+        required: usize,
         mut field: impl FnMut(&mut Self, usize) -> Option<()>,
-    ) -> Option<bool> {
+    ) -> Option<()> {
         self.eat(b'{')?;
         self.ws();
         if self.peek()? == b'}' {
             self.i += 1;
-            return Some(keys.is_empty());
+            return (required == 0).then_some(());
         }
         let (mut next, mut seen) = (0, 0u32);
         loop {
@@ -231,7 +232,8 @@ impl<'a> Cursor<'a> {
                 b',' => self.i += 1,
                 b'}' => {
                     self.i += 1;
-                    return Some(seen == (1 << keys.len()) - 1);
+                    let all = (1 << required) - 1;
+                    return (seen & all == all).then_some(());
                 }
                 _ => return None,
             }
@@ -252,7 +254,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The request, written into `p` field by field (no moves of the large parts). `id` and
-    /// `last_transaction` may be missing, as in the serde path.
+    /// `last_transaction` (the keys after the 4 required ones) may be missing, as in serde.
     fn payload(&mut self, p: &mut Payload<'a>) -> Option<()> {
         const KEYS: [&str; 6] = [
             "transaction",
@@ -262,48 +264,43 @@ impl<'a> Cursor<'a> {
             "id",
             "last_transaction",
         ];
-        let mut required = 0u32;
-        self.object(&KEYS, |c, k| {
-            required |= 1 << k;
-            match k {
-                0 => c.transaction(&mut p.transaction),
-                1 => c.customer(&mut p.customer),
-                2 => c.merchant(&mut p.merchant),
-                3 => c.terminal(&mut p.terminal),
-                4 => {
-                    p.id = if c.literal("null") {
-                        None
-                    } else {
-                        Some(BorrowedStr(Cow::Borrowed(c.string()?)))
-                    };
-                    Some(())
-                }
-                _ => {
-                    if !c.literal("null") {
-                        c.last_transaction(p.last_transaction.insert(Default::default()))?;
-                    }
-                    Some(())
-                }
+        self.object(&KEYS, 4, |c, k| match k {
+            0 => c.transaction(&mut p.transaction),
+            1 => c.customer(&mut p.customer),
+            2 => c.merchant(&mut p.merchant),
+            3 => c.terminal(&mut p.terminal),
+            4 => {
+                p.id = if c.literal("null") {
+                    None
+                } else {
+                    Some(BorrowedStr(Cow::Borrowed(c.string()?)))
+                };
+                Some(())
             }
-        })?;
-        (required & 0b1111 == 0b1111).then_some(())
+            _ => {
+                if !c.literal("null") {
+                    c.last_transaction(p.last_transaction.insert(Default::default()))?;
+                }
+                Some(())
+            }
+        })
     }
 
     fn transaction(&mut self, t: &mut Transaction<'a>) -> Option<()> {
-        let all = self.object(&["amount", "installments", "requested_at"], |c, k| {
+        self.object(&["amount", "installments", "requested_at"], 3, |c, k| {
             match k {
                 0 => t.amount = c.number()?,
                 1 => t.installments = c.number()?,
                 _ => t.requested_at = Cow::Borrowed(c.string()?),
             }
             Some(())
-        })?;
-        all.then_some(())
+        })
     }
 
     fn customer(&mut self, cu: &mut Customer<'a>) -> Option<()> {
-        let all = self.object(
+        self.object(
             &["avg_amount", "tx_count_24h", "known_merchants"],
+            3,
             |c, k| {
                 match k {
                     0 => cu.avg_amount = c.number()?,
@@ -312,8 +309,7 @@ impl<'a> Cursor<'a> {
                 }
                 Some(())
             },
-        )?;
-        all.then_some(())
+        )
     }
 
     fn merchants(&mut self, out: &mut KnownMerchants<'a>) -> Option<()> {
@@ -338,37 +334,34 @@ impl<'a> Cursor<'a> {
     }
 
     fn merchant(&mut self, m: &mut Merchant<'a>) -> Option<()> {
-        let all = self.object(&["id", "mcc", "avg_amount"], |c, k| {
+        self.object(&["id", "mcc", "avg_amount"], 3, |c, k| {
             match k {
                 0 => m.id = Cow::Borrowed(c.string()?),
                 1 => m.mcc = Cow::Borrowed(c.string()?),
                 _ => m.avg_amount = c.number()?,
             }
             Some(())
-        })?;
-        all.then_some(())
+        })
     }
 
     fn terminal(&mut self, t: &mut Terminal) -> Option<()> {
-        let all = self.object(&["is_online", "card_present", "km_from_home"], |c, k| {
+        self.object(&["is_online", "card_present", "km_from_home"], 3, |c, k| {
             match k {
                 0 => t.is_online = c.boolean()?,
                 1 => t.card_present = c.boolean()?,
                 _ => t.km_from_home = c.number()?,
             }
             Some(())
-        })?;
-        all.then_some(())
+        })
     }
 
     fn last_transaction(&mut self, l: &mut LastTransaction<'a>) -> Option<()> {
-        let all = self.object(&["timestamp", "km_from_current"], |c, k| {
+        self.object(&["timestamp", "km_from_current"], 2, |c, k| {
             match k {
                 0 => l.timestamp = Cow::Borrowed(c.string()?),
                 _ => l.km_from_current = c.number()?,
             }
             Some(())
-        })?;
-        all.then_some(())
+        })
     }
 }

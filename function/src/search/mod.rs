@@ -596,7 +596,7 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
     }
 }
 
-/// Deepest dive kept on the stack; deeper trees file the rest of the way into the heap.
+/// Deepest dive; deeper trees file the rest of the way into the heap.
 const MAX_DIVE: usize = 24;
 
 /// From subtree `p`, follows the nearest child down to a block and scans it, then files every
@@ -616,7 +616,6 @@ fn dive<S: Kernels>(
     // The path lives in the scratch: a fresh array would be zeroed on every dive.
     let mut path = std::mem::take(&mut s.path);
     path.clear();
-    let mut depth = 0;
     let mut cur = p.child;
     while cur & BLOCK_BIT == 0 {
         let n = cur as usize;
@@ -646,12 +645,10 @@ fn dive<S: Kernels>(
                 }
             }
         }
-        path.push((cur, lbs, best));
-        depth += 1;
-        let bound = kc + lbs[best];
-        if bound > s.bound(p.fraud) || depth == MAX_DIVE {
-            // Too far to open now: it is filed with its siblings below.
-            path[depth - 1].2 = usize::MAX;
+        // Too far to open now (or too deep): it is filed with its siblings below.
+        let stop = kc + lbs[best] > s.bound(p.fraud) || path.len() + 1 == MAX_DIVE;
+        path.push((cur, lbs, if stop { usize::MAX } else { best }));
+        if stop {
             break;
         }
         cur = children[best].to_native();
