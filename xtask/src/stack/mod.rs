@@ -1,6 +1,6 @@
 //! `cargo xtask stack ...`: the contest stack (HAProxy + two APIs in docker compose,
-//! docs/STACK.md): images, static checks, k6 runs, the gates (`smoke`, [`chaos`], [`overload`])
-//! and the `batch` instrument ([`measure`]).
+//! docs/STACK.md): images, static checks, the gates (`smoke`, [`chaos`], [`overload`],
+//! [`submission`]) and the instruments ([`measure`]: `batch`, `run`, `floor`).
 
 mod cgroup;
 mod chaos;
@@ -28,8 +28,7 @@ pub struct Args {
 
 #[derive(clap::Args, Clone)]
 pub struct Common {
-    /// Extra compose file applied on top of ours (repeatable), e.g.
-    /// docker/experiments/cpuset-1.yml; never to a batch's `--external` projects.
+    /// Extra compose file on top of ours (repeatable), e.g. docker/experiments/cpuset-1.yml.
     #[arg(short = 'f', long = "override")]
     overrides: Vec<PathBuf>,
     /// Use the images as they are (skip `stack images`).
@@ -56,9 +55,8 @@ impl Common {
 #[derive(clap::Args, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
     /// `final`: the contest's final (ramp 1 -> 1000 -> 2000 req/s, each of the 72,100 payloads of
-    /// tests/data/final-test-data.csv.gz once with a random id: ~100 s, up to ~1,130 req/s);
-    /// `preview`: the preview (1 -> 900 req/s over 120 s, the public set); `smoke`: --rate for
-    /// --seconds.
+    /// tests/data/final-test-data.csv.gz once: ~100 s, up to ~1,130 req/s); `preview`: 1 -> 900
+    /// req/s over 120 s, the public set; `smoke`: --rate for --seconds.
     #[arg(long, value_enum, default_value = "final")]
     shape: Kind,
     /// Requests per second of `--shape smoke`.
@@ -72,6 +70,8 @@ pub struct Shape {
 /// The final's peak rate: its 72,059 scored requests ran out ~100 s into the ramp, near 1,130
 /// req/s. The smoke and instance-loss gates run at it, the overload gate at 3x.
 pub const SMOKE_RATE: u32 = 1130;
+/// The smoke gate's load (also the submission's).
+const SMOKE: Shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,8 +89,10 @@ impl Shape {
             Kind::Preview => ("full", util::TEST_SET),
             Kind::Smoke => ("smoke", util::TEST_SET),
         };
-        let data = k6::test_data(set)?.display().to_string();
-        let mut env = vec![("MODE", mode.to_string()), ("TEST_DATA", data)];
+        let mut env = vec![
+            ("MODE", mode.to_string()),
+            ("TEST_DATA", k6::test_data(set)?.display().to_string()),
+        ];
         if self.shape == Kind::Smoke {
             env.extend([
                 ("RATE", self.rate.to_string()),
@@ -114,7 +116,7 @@ enum Command {
         #[arg(long)]
         submission: Option<PathBuf>,
     },
-    /// One k6 replica of the official test against the stack.
+    /// One k6 replica of the official test against the stack (a batch of one run).
     Run {
         #[command(flatten)]
         shape: Shape,
@@ -142,9 +144,8 @@ enum Command {
 }
 
 /// Holds `$TMPDIR/fraud-stack.lock` while a command uses the stack: the compose projects, port
-/// 9999 and the image tags are one per machine, so two stack commands at once, from this
-/// checkout or another clone, would measure (or tear down) each other's containers. A second
-/// command waits for the first.
+/// 9999 and the image tags are one per machine, so two stack commands at once (from any clone)
+/// would measure or tear down each other's containers. A second command waits for the first.
 fn exclusive() -> Result<std::fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
@@ -173,43 +174,26 @@ pub fn run(args: Args) -> Result<()> {
             let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
             util::verdict("stack check", r.problems.is_empty(), &figures, &r)
         }
-        Command::Run { shape, common } => replica("stack run", shape, &common),
-        Command::Floor { shape, common } => replica("stack floor", shape, &common),
+        Command::Run { shape, common } => {
+            measure::one("stack run", measure::Ours::Stack, shape, common)
+        }
+        Command::Floor { shape, common } => {
+            measure::one("stack floor", measure::Ours::Floor, shape, common)
+        }
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
-            let shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
-            replica("stack smoke", shape, &common)
+            let t = std::time::Instant::now();
+            common.prepare(true, false)?;
+            let r =
+                load::load_run("stack", &Compose::stack(&common.overrides), SMOKE, common.keep)?;
+            let figures = format!("{}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
+            util::verdict("stack smoke", r.passed(), &figures, &r)
         }
         Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(common) => overload::run(common),
-        Command::Batch(a) => measure::run(a),
+        Command::Batch(a) => measure::run("stack batch", a),
         Command::Submission(a) => submission::run(a),
     }
-}
-
-/// `stack run`, `floor` and `smoke`: one load run and its verdict.
-fn replica(name: &str, shape: Shape, common: &Common) -> Result<()> {
-    let t = std::time::Instant::now();
-    common.prepare(true, false)?;
-    let floor = name == "stack floor";
-    let (compose, config) = match floor {
-        true => (Compose::floor(&common.overrides), "floor"),
-        false => (Compose::stack(&common.overrides), "stack"),
-    };
-    let r = load::load_run(config, &compose, shape, common.keep)?;
-    let mut figures = load::run_figures(&r);
-    if name == "stack smoke" {
-        figures += &format!(", {:.0} s", t.elapsed().as_secs_f64());
-    }
-    util::verdict(name, judge_replica(&r, floor), &figures, &r)
-}
-
-/// A replica run passes with no problem and every request answered right (the floor answers
-/// without deciding: errors only).
-fn judge_replica(r: &load::LoadRun, floor: bool) -> bool {
-    let a = &r.summary.answers;
-    let wrong = if floor { a.errors } else { a.errors + a.fp + a.fn_ };
-    r.problems.is_empty() && r.summary.requests > 0 && wrong == 0
 }
 
 /// What every gate does first: `FRAUD_SKIP_STACK=1` skips it, loudly (Ok(false)); otherwise an
@@ -243,35 +227,23 @@ pub fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn a_replica_passes_only_clean_and_the_floor_without_decisions() {
-        let mut r = load::run_of("stack", &[]);
-        assert!(judge_replica(&r, false));
-        r.summary.answers.fp = 1;
-        assert!(!judge_replica(&r, false) && judge_replica(&r, true));
-        r.summary.answers.fp = 0;
-        r.problems.push("api1: not running".into());
-        assert!(!judge_replica(&r, false));
-        r.problems.clear();
-        r.summary.requests = 0;
-        assert!(!judge_replica(&r, false));
-    }
-
     #[test]
     fn the_load_shape_is_typed() {
         let env = |argv: &str| {
-            let e = parse::<Shape>(argv).unwrap().env().unwrap();
-            e.into_iter()
-                .map(|(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
-                .collect::<Vec<_>>()
-                .join(" ")
+            let e = super::parse::<super::Shape>(argv).unwrap().env().unwrap();
+            crate::util::list(e, |(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
         };
-        assert_eq!(env(""), "MODE=final TEST_DATA=final-test-data.csv");
-        assert_eq!(env("--shape preview"), "MODE=full TEST_DATA=test-data.json");
-        let smoke = "MODE=smoke TEST_DATA=test-data.json RATE=900 DURATION=20s";
-        assert_eq!(env("--shape smoke --rate 900 --seconds 20"), smoke);
-        assert!(parse::<Shape>("--shape fast").is_err());
+        let cases = [
+            ("", "MODE=final, TEST_DATA=final-test-data.csv"),
+            ("--shape preview", "MODE=full, TEST_DATA=test-data.json"),
+            (
+                "--shape smoke --rate 900 --seconds 20",
+                "MODE=smoke, TEST_DATA=test-data.json, RATE=900, DURATION=20s",
+            ),
+        ];
+        for (argv, want) in cases {
+            assert_eq!(env(argv), want);
+        }
+        assert!(super::parse::<super::Shape>("--shape fast").is_err());
     }
 }

@@ -1,18 +1,16 @@
-//! `cargo xtask stack overload`: 3x the contest peak for `--over` s, then recovery
+//! `cargo xtask stack overload`: 3x the contest peak for `OVER` s, then recovery
 //! (docs/RESILIENCE.md). k6 offers the peak throughout and wrk adds about 2x during the overload
 //! (k6 alone cannot offer 3x next to the stack on this machine).
 
 use super::k6::{self, Summary, Window};
-use super::load::{memory_figures, wait_traffic, Container, Gate, Watch};
+use super::load::{memory_figures, wait_traffic, Container, Session};
 use super::probe::State;
 use super::Common;
 use crate::util::{self, log, root};
-use anyhow::Context;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// k6's steady rate, the contest peak; the overload offers 3x this in all.
@@ -30,8 +28,8 @@ const WRK_DELAY_MS: u32 = 10;
 const MAX_P99_MS: f64 = 5.0;
 const RECOVER_S: f64 = 2.0;
 
-/// The windows' verdict on recovery: the first whole second after the overload with p99 under
-/// `max_p99` and no error, how long after the end it starts, and the worst later second.
+/// The first whole second after the overload with p99 under `max_p99` and no error, how long
+/// after the end it starts, and the worst later second.
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Recovery {
     pub first_ok_window: Option<u32>,
@@ -85,62 +83,57 @@ struct Measured {
 }
 
 pub fn run(common: Common) -> Result<()> {
-    let Some(mut g) = Gate::start("overload", &common, true)? else { return Ok(()) };
+    let Some(mut s) = Session::gate("overload", &common, true)? else { return Ok(()) };
     // Written before the run, so that wrk starts at once when the overload is due.
     let bodies = bodies(400)?;
-    let watch = Watch::start(&g.compose)?;
-    let monitor = g.monitor(Duration::from_millis(250), false, watch.cgroups())?;
-    let loaded = load(&g, &bodies)?;
+    let monitor = s.monitor(Duration::from_millis(250), false, true)?;
+    let loaded = load(&s, &bodies)?;
     std::thread::sleep(Duration::from_secs(1));
-    let (samples, containers) = (monitor.stop(), watch.finish()?);
+    let (samples, containers) = (monitor.stop(), s.containers()?);
     let m = measure(&loaded);
-    let not_up =
-        samples.iter().filter(|s| s.servers.values().any(|v| v.status != State::Up)).count();
-    let problems = judge(&m, &containers, loaded.k6_status);
-    g.problems.extend(problems);
-    let figures = figures(&m, &loaded, &containers, not_up, &g.problems);
-    let windows: Vec<String> = loaded
-        .summary
-        .windows
-        .iter()
-        .map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99))
-        .collect();
-    log!("per second (w: n/errors/p99 ms): {}", windows.join(" "));
+    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.status != State::Up)).count();
+    s.problems.extend(judge(&m, &containers, loaded.k6_status));
+    let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
+    let windows =
+        loaded.summary.windows.iter().map(|w| format!("{}:{}/{}/{:.1}", w.w, w.n, w.errors, w.p99));
+    log!("per second (w: n/errors/p99 ms): {}", windows.collect::<Vec<_>>().join(" "));
     let report = serde_json::json!({"rate": RATE, "measured": m, "loaded": loaded, "containers": containers});
-    g.finish("overload", &figures, report)
+    s.finish("overload", &figures, report)
 }
 
 /// k6 at the peak throughout, wrk adding the overload in the middle.
-fn load(g: &Gate, bodies: &Path) -> Result<Loaded> {
-    let (rate, total) = (RATE.to_string(), (BEFORE + OVER + AFTER).to_string());
-    let env = [("MODE", "steady".into()), ("RATE", rate), ("DURATION", total)];
-    let load = util::loadavg();
-    log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {load})");
+fn load(s: &Session, bodies: &Path) -> Result<Loaded> {
+    let env = [
+        ("MODE", "steady".into()),
+        ("RATE", RATE.to_string()),
+        ("DURATION", (BEFORE + OVER + AFTER).to_string()),
+    ];
+    log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {})", util::loadavg());
     // CPU of the generators: children's rusage grows when a child is waited for (wrk, then k6).
     let cpu0 = children_cpu_s();
-    let k6 = k6::start("resilience.js", &env, &g.base)?;
+    let k6 = k6::start("resilience.js", &env, &s.base)?;
     // k6 starts sending a few seconds after it starts (it loads the test set first).
-    wait_traffic(&g.compose)?;
+    wait_traffic(&s.compose)?;
     std::thread::sleep(Duration::from_secs(BEFORE.into()));
     let t0 = util::now_ms();
-    let wrk = run_wrk(bodies, &k6::file(&g.base, "wrk.log"))?;
-    let span = (t0, util::now_ms());
-    let wrk_cpu_s = children_cpu_s() - cpu0;
-    let (status, summary) = k6::finish(&k6, &g.base)?;
+    let wrk = run_wrk(bodies, &k6::file(&s.base, "wrk.log"))?;
+    let (span, wrk_cpu_s) = ((t0, util::now_ms()), children_cpu_s() - cpu0);
+    let (k6_status, summary) = k6::finish(&k6, &s.base)?;
     let k6_cpu_s = children_cpu_s() - cpu0 - wrk_cpu_s;
-    Ok(Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status: status })
+    Ok(Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status })
 }
 
 fn measure(l: &Loaded) -> Measured {
     let t0 = l.summary.t0_ms as f64;
     let (start_s, end_s) = ((l.span.0 as f64 - t0) / 1000.0, (l.span.1 as f64 - t0) / 1000.0);
     let windows = &l.summary.windows;
-    let during: Vec<&Window> = windows
+    let during = windows
         .iter()
-        .filter(|w| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor())
-        .collect();
-    let n = during.len().max(1) as f64;
-    let mean = |f: &dyn Fn(&Window) -> f64| during.iter().map(|w| f(w)).sum::<f64>() / n;
+        .filter(|w| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor());
+    let during: Vec<&Window> = during.collect();
+    let mean = |f: &dyn Fn(&Window) -> f64| {
+        during.iter().map(|w| f(w)).sum::<f64>() / during.len().max(1) as f64
+    };
     let (k6_rps, k6_served) = (mean(&|w| w.n as f64), mean(&|w| (w.n - w.errors) as f64));
     let (wrk_offered, wrk_served) = l.wrk.rates();
     Measured {
@@ -176,11 +169,13 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     let generators = format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, l.wrk.rates().0);
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
     let later = r.worst_later_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
-    let restarts: u32 = c.iter().map(|c| c.restarts).sum();
-    let ooms: u64 = c.iter().map(Container::oom_kills).sum();
+    let (restarts, ooms) = (
+        c.iter().map(|c| c.restarts).sum::<u32>(),
+        c.iter().map(Container::oom_kills).sum::<u64>(),
+    );
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
-    let (length, wrk_errors) = (m.over_end_s - m.over_start_s, l.wrk.errors());
-    let (errors, fp, fn_) = (s.answers.errors, s.answers.fp, s.answers.fn_);
+    let (length, wrk_errors, errors, fp, fn_) =
+        (m.over_end_s - m.over_start_s, l.wrk.errors(), s.errors, s.fp, s.fn_);
     let (max_p99, max_s, memory, problems) =
         (MAX_P99_MS, RECOVER_S, memory_figures(c), util::problems_suffix(p));
     let (k6_cpu, wrk_cpu) = (l.k6_cpu_s, l.wrk_cpu_s);
@@ -234,8 +229,7 @@ fn bodies(n: usize) -> Result<PathBuf> {
     std::fs::create_dir_all(out.parent().context("no parent")?)?;
     let mut f = std::io::BufWriter::new(std::fs::File::create(&out)?);
     for i in util::spread(entries.len(), n) {
-        let v: serde_json::Value = serde_json::from_str(entries[i].request.get())?;
-        writeln!(f, "{v}")?;
+        writeln!(f, "{}", serde_json::from_str::<serde_json::Value>(entries[i].request.get())?)?;
     }
     f.flush()?;
     Ok(out)
@@ -243,8 +237,8 @@ fn bodies(n: usize) -> Result<PathBuf> {
 
 /// A paced wrk run with the `bodies` file, for the overload; output kept in `log`.
 fn run_wrk(bodies: &Path, log: &Path) -> Result<WrkSummary> {
-    let (c, d) = (format!("-c{WRK_CONNECTIONS}"), format!("-d{OVER}s"));
-    let script = root().join("k6/wrk-post.lua");
+    let (c, d, script) =
+        (format!("-c{WRK_CONNECTIONS}"), format!("-d{OVER}s"), root().join("k6/wrk-post.lua"));
     let e =
         duct::cmd!("wrk", "-t2", c, d, "--timeout", "2s", "-s", script, "http://127.0.0.1:9999");
     let e = e.env("WRK_BODIES", bodies).env("WRK_DELAY_MS", WRK_DELAY_MS.to_string());
@@ -258,31 +252,31 @@ fn run_wrk(bodies: &Path, log: &Path) -> Result<WrkSummary> {
 mod tests {
     use super::*;
 
-    fn w(w: u32, p99: f64, errors: u64) -> Window {
-        Window { w, n: 900, errors, p50: 0.4, p99 }
-    }
-
-    /// k6 at 900 req/s, slow for the two seconds of the overload (10-12 s) and one after it.
-    fn loaded() -> Loaded {
-        let windows: Vec<_> =
-            (0..35).map(|s| (s, 900, 0, if (10..13).contains(&s) { 40.0 } else { 1.0 })).collect();
-        let wrk = serde_json::from_str(r#"{"requests":3600,"duration_us":2000000,"status200":3500,"non200":100,"connect":0,"read":0,"write":0,"timeout":0,"p50_us":800,"p99_us":4000,"max_us":9000}"#).unwrap();
-        let (k6_status, summary) =
-            (std::os::unix::process::ExitStatusExt::from_raw(0), k6::summary(31_500, 0, &windows));
-        let span = (1_010_000, 1_012_000);
-        Loaded { summary, wrk, span, k6_cpu_s: 20.0, wrk_cpu_s: 3.0, k6_status }
-    }
-
     #[test]
     fn the_overload_is_measured_and_judged() {
-        let l = loaded();
+        // k6 at 900 req/s, slow for the two seconds of the overload (10-12 s) and one after it.
+        let windows: Vec<_> =
+            (0..35).map(|s| (s, 900, 0, if (10..13).contains(&s) { 40.0 } else { 1.0 })).collect();
+        let wrk = parse_wrk("Running 10s test\nWRKJSON {\"requests\":3600,\"duration_us\":2000000,\"status200\":3500,\"non200\":100,\"connect\":0,\"read\":1,\"write\":0,\"timeout\":2,\"p99_us\":4000}\n").unwrap();
+        assert_eq!((wrk.rates(), wrk.errors()), ((1800.0, 1750.0), 103));
+        assert!(parse_wrk("nothing").is_err());
+        let (k6_status, summary) =
+            (std::os::unix::process::ExitStatusExt::from_raw(0), k6::summary(31_500, 0, &windows));
+        let l = Loaded {
+            summary,
+            wrk,
+            span: (1_010_000, 1_012_000),
+            k6_cpu_s: 20.0,
+            wrk_cpu_s: 3.0,
+            k6_status,
+        };
         let m = measure(&l);
         let rates = (m.over_start_s, m.over_end_s, m.offered_rps, m.served_rps);
         assert_eq!(rates, (10.0, 12.0, 2700.0, 2650.0));
         assert_eq!((m.p99_during_max_ms, m.recovery.first_ok_window), (40.0, Some(13)));
         assert!(judge(&m, &[], l.k6_status).is_empty());
         let f = figures(&m, &l, &[], 0, &[]);
-        assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 100, FP 0 FN 0;"), "{f}");
+        assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 103, FP 0 FN 0;"), "{f}");
         assert!(
             f.contains(
                 "back under 5 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms"
@@ -290,28 +284,33 @@ mod tests {
             "{f}"
         );
         let never = Recovery { first_ok_window: None, after_end_s: None, worst_later_p99_ms: None };
-        let (late, status) = (Measured { recovery: never, ..m }, l.k6_status);
-        assert_eq!(judge(&late, &[], status), ["p99 never back under 5 ms after the overload"]);
+        let late = Measured { recovery: never, ..m };
+        assert_eq!(
+            judge(&late, &[], l.k6_status),
+            ["p99 never back under 5 ms after the overload"]
+        );
     }
 
     #[test]
     fn recovery_is_the_first_good_second_after_the_end() {
+        let ws = |v: &[(u32, f64, u64)]| {
+            v.iter()
+                .map(|&(w, p99, errors)| Window { w, n: 900, errors, p50: 0.4, p99 })
+                .collect::<Vec<_>>()
+        };
         let p99s = [40.0, 30.0, 3.0, 1.0, 2.5, 9.0];
-        let ws: Vec<Window> = (19..).zip(p99s).map(|(s, p)| w(s, p, 0)).collect();
-        let r = recovery(&ws, 19.6, 24, 5.0);
-        assert_eq!(r.first_ok_window, Some(21));
+        let r = recovery(
+            &ws(&(19..).zip(p99s).map(|(s, p)| (s, p, 0)).collect::<Vec<_>>()),
+            19.6,
+            24,
+            5.0,
+        );
+        assert_eq!((r.first_ok_window, r.worst_later_p99_ms), (Some(21), Some(2.5)));
         assert!((r.after_end_s.unwrap() - 1.4).abs() < 1e-9);
-        assert_eq!(r.worst_later_p99_ms, Some(2.5));
-        let errors = vec![w(20, 1.0, 3), w(21, 1.0, 0)];
-        assert_eq!(recovery(&errors, 19.6, 30, 5.0).first_ok_window, Some(21));
-        assert_eq!(recovery(&[w(20, 8.0, 0)], 19.6, 30, 5.0).after_end_s, None);
-    }
-
-    #[test]
-    fn parses_the_summary_line() {
-        let out = "Running 10s test\n  2 threads\nWRKJSON {\"requests\":18000,\"duration_us\":10000000,\"status200\":17990,\"non200\":10,\"connect\":0,\"read\":1,\"write\":0,\"timeout\":2,\"p50_us\":800,\"p99_us\":4000,\"max_us\":9000}\n";
-        let s = parse_wrk(out).unwrap();
-        assert_eq!((s.rates(), s.errors()), ((1800.0, 1799.0), 13));
-        assert!(parse_wrk("nothing").is_err());
+        assert_eq!(
+            recovery(&ws(&[(20, 1.0, 3), (21, 1.0, 0)]), 19.6, 30, 5.0).first_ok_window,
+            Some(21)
+        );
+        assert_eq!(recovery(&ws(&[(20, 8.0, 0)]), 19.6, 30, 5.0).after_end_s, None);
     }
 }

@@ -1,7 +1,6 @@
 //! Asking the stack how it is: `GET /ready` on a new TCP connection or an API's own Unix socket,
-//! and HAProxy's `show stat` CSV as typed rows and states. An external project is asked on port
-//! 9999 only, with a scored `POST /fraud-score` where it has no `/ready`. [`Monitor`]: a sampler
-//! thread of all that (and memory) under load, as JSON lines.
+//! HAProxy's `show stat` as typed rows, and [`Monitor`], a sampler thread of all that (and
+//! memory) under load, as JSON lines. An external project is asked on port 9999 only.
 
 use super::cgroup::Cgroup;
 use crate::util;
@@ -28,19 +27,13 @@ fn score_request() -> Vec<u8> {
         .into_bytes()
 }
 
-/// What a probe got: an HTTP status, or why there was none.
+/// What a probe got: an HTTP status, a connection closed without one, or the I/O error's kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Probe {
     Status(u16),
-    Refused,
-    /// No socket file (the API has not created it yet).
-    Absent,
-    Timeout,
-    Reset,
-    /// The connection closed without a status line.
     Empty,
-    Io(String),
+    Failed(String),
 }
 
 impl Probe {
@@ -48,85 +41,57 @@ impl Probe {
     pub fn ok(&self) -> bool {
         matches!(self, Probe::Status(200..=299))
     }
-
-    fn of_error(e: std::io::Error) -> Probe {
-        use std::io::ErrorKind::*;
-        match e.kind() {
-            ConnectionRefused => Probe::Refused,
-            NotFound => Probe::Absent,
-            TimedOut | WouldBlock => Probe::Timeout,
-            ConnectionReset => Probe::Reset,
-            k => Probe::Io(format!("{k:?}")),
-        }
-    }
 }
 
 impl std::fmt::Display for Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Probe::Status(s) => write!(f, "{s}"),
-            Probe::Io(k) => write!(f, "{k}"),
-            other => write!(f, "{}", format!("{other:?}").to_lowercase()),
+            Probe::Empty => write!(f, "empty"),
+            Probe::Failed(k) => write!(f, "{k}"),
         }
     }
 }
 
-/// A connection a probe is sent on.
-trait Stream: Read + Write {
-    fn timeouts(&self, t: Duration) -> std::io::Result<()>;
-}
-
-macro_rules! stream {
-    ($($t:ty),*) => {$(impl Stream for $t {
-        fn timeouts(&self, t: Duration) -> std::io::Result<()> {
-            self.set_read_timeout(Some(t)).and_then(|()| self.set_write_timeout(Some(t)))
-        }
-    })*};
-}
-stream!(TcpStream, UnixStream);
-
-/// The status of the answer to `request` on a new connection, each way within `timeout`.
-fn exchange(connected: std::io::Result<impl Stream>, timeout: Duration, request: &[u8]) -> Probe {
-    let sent = connected.and_then(|mut s| {
-        s.timeouts(timeout)?;
-        s.write_all(request).map(|()| s)
-    });
-    let mut stream = match sent {
+/// The status of the answer to `request` on a new connection (its read timeout set).
+fn exchange(connected: std::io::Result<impl Read + Write>, request: &[u8]) -> Probe {
+    let failed = |e: std::io::Error| Probe::Failed(format!("{:?}", e.kind()));
+    let mut stream = match connected.and_then(|mut s| s.write_all(request).map(|()| s)) {
         Ok(s) => s,
-        Err(e) => return Probe::of_error(e),
+        Err(e) => return failed(e),
     };
     let (mut buf, mut n) = ([0u8; 64], 0);
     while n < buf.len() && !buf[..n].contains(&b'\n') {
         match stream.read(&mut buf[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
-            Err(e) => return Probe::of_error(e),
+            Err(e) => return failed(e),
         }
     }
     // "HTTP/1.1 200 OK"
     let line = std::str::from_utf8(&buf[..n]).unwrap_or("");
     let code = line.strip_prefix("HTTP/1.1 ").or(line.strip_prefix("HTTP/1.0 "));
-    let code = code.and_then(|s| s.get(..3));
-    code.and_then(|c| c.parse().ok()).map_or(Probe::Empty, Probe::Status)
+    code.and_then(|s| s.get(..3)?.parse().ok()).map_or(Probe::Empty, Probe::Status)
 }
 
-fn request_tcp(port: u16, request: &[u8], timeout: Duration) -> Probe {
+fn request_tcp(port: u16, request: &[u8], t: Duration) -> Probe {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    exchange(TcpStream::connect_timeout(&addr, timeout), timeout, request)
+    let s =
+        TcpStream::connect_timeout(&addr, t).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s));
+    exchange(s, request)
 }
 
 pub fn ready_tcp(port: u16, timeout: Duration) -> Probe {
     request_tcp(port, READY, timeout)
 }
 
-/// `GET /ready` on a Unix socket (an API's own, bypassing HAProxy).
-pub fn ready_unix(path: &Path, timeout: Duration) -> Probe {
-    exchange(UnixStream::connect(path), timeout, READY)
+/// `GET /ready` on an API's own Unix socket, bypassing HAProxy.
+pub fn ready_unix(path: &Path, t: Duration) -> Probe {
+    exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
 }
 
-/// Readiness of a project we know nothing of but its port: `GET /ready` (any 2xx), and when
-/// that route is missing (a 4xx), `POST /fraud-score` with the contest's sample transaction,
-/// ready on 200. A 5xx or no answer is "not yet", as it comes.
+/// Readiness of a project we know nothing of but its port: `GET /ready` (any 2xx), and where that
+/// route is missing (a 4xx), `POST /fraud-score` with the contest's sample, ready on 200.
 pub fn ready_or_score(port: u16, timeout: Duration) -> Result<(), String> {
     match ready_tcp(port, timeout) {
         ready if ready.ok() => Ok(()),
@@ -152,12 +117,9 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
 pub enum State {
     /// `UP`: in rotation.
     Up,
-    /// `UP 1/3`: still in rotation, failing checks.
-    GoingDown(String),
-    /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, ...:
-    /// out of rotation.
+    /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, `DRAIN`.
     Out(String),
-    /// What frontends and backends have (`OPEN`; a backend's `UP` is [`State::Up`]).
+    /// `UP 1/3` (in rotation, failing checks), and what frontends have (`OPEN`).
     Other(String),
 }
 
@@ -165,7 +127,6 @@ impl From<String> for State {
     fn from(s: String) -> State {
         match s.as_str() {
             "UP" => State::Up,
-            _ if s.starts_with("UP ") => State::GoingDown(s),
             _ if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => {
                 State::Out(s)
             }
@@ -178,13 +139,12 @@ impl From<State> for String {
     fn from(s: State) -> String {
         match s {
             State::Up => "UP".into(),
-            State::GoingDown(s) | State::Out(s) | State::Other(s) => s,
+            State::Out(s) | State::Other(s) => s,
         }
     }
 }
 
-/// The columns of HAProxy's `show stat` that the harness reads, for a proxy's frontend or
-/// backend or one server; counters are empty where they do not apply (`qcur` of a frontend).
+/// The columns of `show stat` the harness reads (counters are empty where they do not apply).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct StatRow {
     pub pxname: String,
@@ -212,27 +172,27 @@ pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
     parse_stat(&text)
 }
 
-/// HAProxy's state of one server.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Server {
-    pub status: State,
-    pub scur: u64,
-    pub stot: u64,
-}
-
+/// The stack at one moment: HAProxy's rows (or why none), each API's own `/ready`, the probe
+/// through port 9999, memory in MB.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Sample {
     /// Unix time in ms.
     pub t: u64,
-    pub servers: BTreeMap<String, Server>,
-    /// Connections open and queued on the backend (all servers), and on the frontend.
-    pub backend_scur: Option<u64>,
-    pub backend_qcur: Option<u64>,
-    pub frontend_scur: Option<u64>,
+    pub stat: Vec<StatRow>,
     pub haproxy_error: Option<String>,
     pub ready: BTreeMap<String, Probe>,
     pub probe: Option<Probe>,
     pub mem_mb: BTreeMap<String, f64>,
+}
+
+impl Sample {
+    /// The backend's servers (not its `BACKEND` row).
+    pub fn servers(&self) -> impl Iterator<Item = &StatRow> {
+        self.stat.iter().filter(|r| r.pxname == "apis" && r.svname != "BACKEND")
+    }
+    pub fn server(&self, name: &str) -> Option<&StatRow> {
+        self.servers().find(|r| r.svname == name)
+    }
 }
 
 pub struct Config {
@@ -244,27 +204,10 @@ pub struct Config {
     pub out: PathBuf,
 }
 
-/// One sample of the stack as it is now.
 fn sample(cfg: &Config) -> Sample {
     let mut s = Sample { t: util::now_ms(), ..Sample::default() };
     match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
-        Ok(rows) => {
-            for r in rows {
-                match (r.pxname.as_str(), r.svname.as_str()) {
-                    (_, "FRONTEND") => s.frontend_scur = r.scur,
-                    ("apis", "BACKEND") => (s.backend_scur, s.backend_qcur) = (r.scur, r.qcur),
-                    ("apis", name) => {
-                        let server = Server {
-                            status: r.status,
-                            scur: r.scur.unwrap_or(0),
-                            stot: r.stot.unwrap_or(0),
-                        };
-                        s.servers.insert(name.to_string(), server);
-                    }
-                    _ => {}
-                }
-            }
-        }
+        Ok(rows) => s.stat = rows,
         Err(e) => s.haproxy_error = Some(format!("{e:#}")),
     }
     for api in &cfg.apis {
@@ -314,27 +257,31 @@ impl Monitor {
 mod tests {
     use super::*;
 
-    // Three rows of HAProxy 2.6's `show stat` (columns after check_status cut).
+    // Four rows of HAProxy 2.6's `show stat` (columns after check_status cut).
     const STAT: &str = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,\n\
 fraud,FRONTEND,,,3,120,2000,5210,1,2,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,0,0,0,,\n\
 apis,api1,0,0,1,60,,2605,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,,60,L7OK,\n\
-apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN 1/2,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,L4CON,\n";
+apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN 1/2,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,L4CON,\n\
+apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,,60,,\n";
 
     #[test]
     fn parses_show_stat_into_states() {
-        let rows = parse_stat(STAT).unwrap();
+        let s = Sample { stat: parse_stat(STAT).unwrap(), ..Sample::default() };
         let row = |r: &StatRow| (r.svname.clone(), r.qcur, r.scur, r.stot, r.status.clone());
-        let r: Vec<_> = rows.iter().map(row).collect();
         assert_eq!(
-            r,
+            row(&s.stat[0]),
+            ("FRONTEND".into(), None, Some(3), Some(5210), State::Other("OPEN".into()))
+        );
+        assert_eq!(
+            s.servers().map(row).collect::<Vec<_>>(),
             [
-                ("FRONTEND".into(), None, Some(3), Some(5210), State::Other("OPEN".into())),
                 ("api1".into(), Some(0), Some(1), Some(2605), State::Up),
                 ("api2".into(), Some(0), Some(0), Some(12), State::Out("DOWN 1/2".into())),
             ]
         );
-        assert_eq!(State::from("UP 1/3".to_string()), State::GoingDown("UP 1/3".into()));
-        assert_eq!(State::from("MAINT".to_string()), State::Out("MAINT".into()));
+        assert_eq!(s.server("api2").unwrap().stot, Some(12));
+        let states = ["UP 1/3", "MAINT"].map(|s| State::from(s.to_string()));
+        assert_eq!(states, [State::Other("UP 1/3".into()), State::Out("MAINT".into())]);
         assert_eq!(String::from(State::Up), "UP");
         assert!(parse_stat("no header").is_err());
     }
@@ -344,19 +291,22 @@ apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN 1/2,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,
         // The answer waits in a socket pair whose other end is closed for writing after it.
         let status = |answer: &[u8]| {
             let (ours, mut theirs) = UnixStream::pair().unwrap();
-            theirs
-                .write_all(answer)
-                .and_then(|()| theirs.shutdown(std::net::Shutdown::Write))
-                .unwrap();
-            exchange(Ok(ours), Duration::from_secs(1), READY)
+            theirs.write_all(answer).unwrap();
+            theirs.shutdown(std::net::Shutdown::Write).unwrap();
+            exchange(Ok(ours), READY)
         };
-        assert_eq!(status(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"), Probe::Status(200));
-        assert!(!status(b"HTTP/1.1 503 Service Unavailable\r\n").ok());
-        assert_eq!(status(b""), Probe::Empty);
-        assert!(status(b"HTTP/1.1 204 No Content\r\n\r\n").ok() && !Probe::Refused.ok());
-        assert_eq!([Probe::Status(503), Probe::Refused].map(|p| p.to_string()), ["503", "refused"]);
+        let cases: [(&[u8], Probe, bool); 4] = [
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", Probe::Status(200), true),
+            (b"HTTP/1.1 503 Service Unavailable\r\n", Probe::Status(503), false),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", Probe::Status(204), true),
+            (b"", Probe::Empty, false),
+        ];
+        for (answer, want, ok) in cases {
+            let got = status(answer);
+            assert_eq!((got.ok(), got.to_string()), (ok, want.to_string()));
+        }
         let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
-        assert_eq!(p, Probe::Absent);
+        assert_eq!(p, Probe::Failed("NotFound".into()));
     }
 
     #[test]
@@ -369,18 +319,21 @@ apis,api2,0,0,0,0,,12,1,2,,0,,3,0,0,1,DOWN 1/2,1,1,0,1,1,2,2,,1,3,2,,12,,2,0,,9,
                 for (a, s) in answers.iter().zip(l.incoming()) {
                     let mut s = s.unwrap();
                     let _ = s.read(&mut [0; 1024]);
-                    let _ = s.write_all(a.as_bytes());
+                    let _ = s.write_all(format!("HTTP/1.1 {a}\r\n\r\n").as_bytes());
                 }
             });
             port
         };
-        let t = Duration::from_secs(2);
-        assert_eq!(ready_or_score(serve(&["HTTP/1.1 204 No Content\r\n\r\n"]), t), Ok(()));
-        let scored = serve(&["HTTP/1.1 404 Not Found\r\n", "HTTP/1.1 200 OK\r\n"]);
-        assert_eq!(ready_or_score(scored, t), Ok(()));
-        let late = ready_or_score(serve(&["HTTP/1.1 405 No\r\n", "HTTP/1.1 503 No\r\n"]), t);
-        assert_eq!(late, Err("/ready 405, POST /fraud-score 503".into()));
-        assert_eq!(ready_or_score(serve(&["HTTP/1.1 502 Bad Gateway\r\n"]), t), Err("502".into()));
+        let cases: [(&'static [&'static str], Result<(), &str>); 4] = [
+            (&["204 No Content"], Ok(())),
+            (&["404 Not Found", "200 OK"], Ok(())),
+            (&["405 No", "503 No"], Err("/ready 405, POST /fraud-score 503")),
+            (&["502 Bad Gateway"], Err("502")),
+        ];
+        for (answers, want) in cases {
+            let got = ready_or_score(serve(answers), Duration::from_secs(2));
+            assert_eq!(got, want.map_err(String::from), "{answers:?}");
+        }
         let r = String::from_utf8(score_request()).unwrap();
         let (head, body) = r.split_once("\r\n\r\n").unwrap();
         let length = format!("Content-Length: {}", body.len());

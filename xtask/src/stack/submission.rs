@@ -5,7 +5,7 @@
 //! directory's own compose file (images pulled by digest).
 
 use super::compose::{image_inspect, Compose};
-use super::{check, images, judge_replica, load, Common, Kind, Shape, SMOKE_RATE};
+use super::{check, images, load, Common, SMOKE};
 use crate::util::{self, log, root};
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -58,19 +58,18 @@ pub fn run(a: Args) -> Result<()> {
         figures += &format!(" (the local haproxy:2.6 is the project's stand-in, pushed as {s})");
     }
     if registry.is_some() {
-        let shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
         for image in [images::API, images::HAPROXY] {
             let id =
                 image_inspect(image, "{{.Id}}").with_context(|| format!("no image {image}"))?;
             util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
-        let run = load::load_run("submission", &c, shape, a.common.keep);
+        let run = load::load_run("submission", &c, SMOKE, a.common.keep);
         for (pinned, tag) in [(&api, images::API), (&balancer, images::HAPROXY)] {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
         let (run, smoke) = (run?, "pulled by digest from the loopback registry, smoke");
-        if !judge_replica(&run, false) {
+        if !run.passed() {
             problems.push(format!("{smoke} failed"));
         }
         figures += &format!("; {smoke}: {}", load::run_figures(&run));

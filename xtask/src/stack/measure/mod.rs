@@ -1,6 +1,6 @@
-//! `cargo xtask stack batch`, an instrument CI does not run: alternated runs of several
-//! configurations (round after round, so the machine's drift hits them alike), a table of every
-//! run, the medians per configuration and a chart ([`plot`]), in
+//! `cargo xtask stack batch` (and `run`, `floor`: a batch of one), an instrument CI does not run:
+//! alternated runs of several configurations (round after round, so the machine's drift hits
+//! them alike), a table of every run, the medians per configuration and a chart ([`plot`]), in
 //! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (`--publish`: also docs/results/).
 
 mod plot;
@@ -43,15 +43,12 @@ pub struct Args {
     common: Common,
 }
 
-/// Our configurations.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum Ours {
-    /// HAProxy answering by itself.
+/// Our configurations: HAProxy answering by itself, the stack with backends that do no work
+/// ([`BOUND`]), the contest stack.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ours {
     Floor,
-    /// The stack with backends that do no work.
     Bound,
-    /// The contest stack.
     Stack,
 }
 
@@ -72,7 +69,9 @@ fn named(s: &str) -> Result<Named, String> {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Configuration {
-    Ours(Ours),
+    Floor,
+    Stack,
+    /// The stack with one more override (the bound is one).
     Variant(Named),
     External(Named),
 }
@@ -82,13 +81,14 @@ use Configuration::{External, Variant};
 impl Configuration {
     /// In round order; floor, bound, stack when none is given.
     fn all(a: &Args) -> Result<Vec<Configuration>> {
-        let ours = if a.configs.is_empty() && a.variants.is_empty() && a.externals.is_empty() {
-            &[Ours::Floor, Ours::Bound, Ours::Stack][..]
-        } else {
-            &a.configs
-        };
-        let all = ours.iter().map(|c| Configuration::Ours(*c));
-        let all = all.chain(a.variants.iter().cloned().map(Variant));
+        let none = a.configs.is_empty() && a.variants.is_empty() && a.externals.is_empty();
+        let ours = if none { &[Ours::Floor, Ours::Bound, Ours::Stack][..] } else { &a.configs };
+        let ours = ours.iter().map(|c| match c {
+            Ours::Floor => Configuration::Floor,
+            Ours::Bound => Variant(Named { name: "bound".into(), file: BOUND.into() }),
+            Ours::Stack => Configuration::Stack,
+        });
+        let all = ours.chain(a.variants.iter().cloned().map(Variant));
         let all: Vec<_> = all.chain(a.externals.iter().cloned().map(External)).collect();
         let mut seen = std::collections::HashSet::new();
         let twice = all.iter().map(Configuration::name).find(|n| !seen.insert(*n));
@@ -98,9 +98,8 @@ impl Configuration {
 
     fn name(&self) -> &str {
         match self {
-            Configuration::Ours(Ours::Floor) => "floor",
-            Configuration::Ours(Ours::Bound) => "bound",
-            Configuration::Ours(Ours::Stack) => "stack",
+            Configuration::Floor => "floor",
+            Configuration::Stack => "stack",
             Variant(n) | External(n) => &n.name,
         }
     }
@@ -108,9 +107,8 @@ impl Configuration {
     /// The compose project, with `extra` (the batch's `-f` files) where it applies.
     fn compose(&self, extra: &[PathBuf]) -> Compose {
         match self {
-            Configuration::Ours(Ours::Floor) => Compose::floor(&[]),
-            Configuration::Ours(Ours::Bound) => Compose::stack(&[extra, &[BOUND.into()]].concat()),
-            Configuration::Ours(Ours::Stack) => Compose::stack(extra),
+            Configuration::Floor => Compose::floor(&[]),
+            Configuration::Stack => Compose::stack(extra),
             Variant(n) => Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat()),
             External(n) => Compose::external(&n.name, &n.file),
         }
@@ -119,15 +117,15 @@ impl Configuration {
     /// The configuration as the batch's markdown names it.
     fn describe(&self) -> String {
         match self {
-            Configuration::Ours(Ours::Bound) => format!("`bound` (`{BOUND}`)"),
-            Configuration::Ours(_) => format!("`{}`", self.name()),
             Variant(n) => format!("`{}` (`{}`)", n.name, n.file.display()),
             External(n) => {
-                let (name, file) = (&n.name, n.file.display());
                 format!(
-                    "`{name}` (external compose `{file}`, run as is; our stack check not applied)"
+                    "`{}` (external compose `{}`, run as is; our stack check not applied)",
+                    n.name,
+                    n.file.display()
                 )
             }
+            _ => format!("`{}`", self.name()),
         }
     }
 }
@@ -160,36 +158,43 @@ fn runs_of<'a>(runs: &'a [LoadRun], name: &'a str) -> impl Iterator<Item = &'a L
     runs.iter().filter(move |r| r.config == name)
 }
 
+fn p99s(runs: &[LoadRun], name: &str) -> f64 {
+    median(runs_of(runs, name).map(|r| r.summary.latency().p99).collect())
+}
+
 /// The markdown tables: every run, then the medians per configuration.
 fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
     let columns = service_columns(runs);
-    let head = format!("CPU us/request {}", columns.join(" | "));
+    let (head, services) =
+        (format!("CPU us/request {}", columns.join(" | ")), &columns[..columns.len() - 1]);
     let rule = |n: usize| "|---".repeat(n + columns.len()) + "|\n";
     let cell = |v: Option<f64>| v.filter(|v| !v.is_nan()).map_or("-".into(), |v| format!("{v:.0}"));
-    let cells =
-        |f: &dyn Fn(&str) -> Option<f64>| columns.iter().map(|c| cell(f(c))).collect::<Vec<_>>();
-    let cpu = |f: &dyn Fn(&str) -> Option<f64>| cells(f).join(" | ");
-    let services = &columns[..columns.len() - 1];
+    let cpu = |f: &dyn Fn(&str) -> Option<f64>| {
+        columns.iter().map(|c| cell(f(c))).collect::<Vec<_>>().join(" | ")
+    };
     let throttled = |r: &LoadRun| {
         let of = |s: &String| r.containers.iter().find(|c| &c.service == s);
-        util::list(services, |s| of(s).map_or("-".into(), |c| c.throttled().to_string()))
-            .replace(", ", " | ")
+        let each = services.iter().map(|s| of(s).map_or("-".into(), |c| c.throttled().to_string()));
+        each.collect::<Vec<_>>().join(" | ")
     };
     let mut t = format!("| # | configuration | started (UTC) | load avg | requests | p50 ms | p99 ms | score | errors | FP / FN | {head} | throttled {} |\n{}", services.join(" | "), rule(10 + services.len()));
     for (i, r) in runs.iter().enumerate() {
         let (s, st, k6::Trend { med, p99 }) = (&r.summary, &r.started, r.summary.latency());
-        let (config, load, n, score, a) =
-            (&r.config, &r.load_before, s.requests, s.final_score, &s.answers);
-        let (errors, fp, fn_, cpu) = (a.errors, a.fp, a.fn_, cpu(&|c| cpu_of(r, c)));
-        let time = format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]);
-        let throttled = throttled(r);
+        let (config, load, n, score, errors, fp, fn_) =
+            (&r.config, &r.load_before, s.requests, s.final_score, s.errors, s.fp, s.fn_);
+        let (time, cpu, throttled) = (
+            format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]),
+            cpu(&|c| cpu_of(r, c)),
+            throttled(r),
+        );
         t += &format!("| {} | {config} | {time} | {load} | {n} | {med:.3} | {p99:.3} | {score:.1} | {errors} | {fp} / {fn_} | {cpu} | {throttled} |\n", i + 1);
     }
-    // The reference: the bound (what the stack costs without the scorer) when the batch has it,
-    // else the floor.
-    let present = |name: &&str| runs_of(runs, name).next().is_some();
-    let reference = ["bound", "floor"].into_iter().find(present).unwrap_or("floor");
-    let reference_p99 = median(runs_of(runs, reference).map(|r| r.summary.latency().p99).collect());
+    // The reference: the bound (the stack without the scorer) when the batch has it, else the floor.
+    let reference = ["bound", "floor"]
+        .into_iter()
+        .find(|n| runs_of(runs, n).next().is_some())
+        .unwrap_or("floor");
+    let reference_p99 = p99s(runs, reference);
     t += &format!("\n| configuration | runs | median p50 ms | median p99 ms | p99 / {reference} | median score | median {head} |\n{}", rule(6));
     for c in configs {
         let rs: Vec<&LoadRun> = runs_of(runs, c.name()).collect();
@@ -200,8 +205,12 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
         let ratio = Some(p99 / reference_p99)
             .filter(|r| !r.is_nan())
             .map_or("-".into(), |r| format!("{r:.2}x"));
-        let (name, n, score) = (c.name(), rs.len(), m(&|r| Some(r.summary.final_score)));
-        let cpu = cpu(&|col| Some(m(&|r| cpu_of(r, col))));
+        let (name, n, score, cpu) = (
+            c.name(),
+            rs.len(),
+            m(&|r| Some(r.summary.final_score)),
+            cpu(&|col| Some(m(&|r| cpu_of(r, col)))),
+        );
         t += &format!("| {name} | {n} | {med:.3} | {p99:.3} | {ratio} | {score:.1} | {cpu} |\n");
     }
     t
@@ -220,7 +229,13 @@ fn series<'a>(c: &'a Configuration, runs: &'a [LoadRun]) -> Series {
     Series { name: c.name().to_string(), points: (0..=last).filter_map(point).collect() }
 }
 
-pub fn run(a: Args) -> Result<()> {
+/// `stack run` and `stack floor`: a batch of one run of one of ours.
+pub fn one(verdict: &str, ours: Ours, shape: Shape, common: Common) -> Result<()> {
+    let (configs, variants, externals) = (vec![ours], vec![], vec![]);
+    run(verdict, Args { runs: 1, configs, variants, externals, publish: false, shape, common })
+}
+
+pub fn run(verdict: &str, a: Args) -> Result<()> {
     let configs = Configuration::all(&a)?;
     let names: Vec<&str> = configs.iter().map(Configuration::name).collect();
     a.common.prepare(true, false)?;
@@ -229,14 +244,15 @@ pub fn run(a: Args) -> Result<()> {
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
         log!("round {round}/{}: {}", a.runs, c.name());
-        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape, false) {
+        // `--keep` only for a batch of one run (a project left up would meet the next on 9999).
+        let keep = a.common.keep && a.runs as usize * configs.len() == 1;
+        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape, keep) {
             Ok(r) => runs.push(r),
             Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }
     }
     ensure!(!runs.is_empty(), "no run of the batch completed: {failed:?}");
-    let stamp = util::stamp();
-    let dir = util::xtask_dir("stack")?;
+    let (stamp, dir) = (util::stamp(), util::xtask_dir("stack")?);
     let [svg, md_path, json] =
         ["svg", "md", "json"].map(|e| dir.join(format!("{stamp}-batch.{e}")));
     let series: Vec<Series> = configs.iter().map(|c| series(c, &runs)).collect();
@@ -260,7 +276,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let problems = judge(&runs, &failed);
     let figures = figures(&configs, &runs, &md_path.display().to_string(), &problems);
-    util::verdict("stack batch", problems.is_empty(), &figures, &record)
+    util::verdict(verdict, problems.is_empty(), &figures, &record)
 }
 
 /// The batch's record in Markdown: command, machine, configurations, the tables, the chart.
@@ -275,9 +291,9 @@ fn markdown(
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
     let (described, load_end) = (util::list(configs, Configuration::describe), util::loadavg());
-    let failed =
-        failed.first().map(|_| format!("Runs that did not complete: {}\n", failed.join("; ")));
-    let failed = failed.unwrap_or_default();
+    let failed = failed
+        .first()
+        .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
     format!(
         "# Contest stack batch, {stamp}\n\n\
          Command: `cargo xtask stack {command}`  \n\
@@ -293,20 +309,18 @@ fn markdown(
 
 /// The batch's problems: every run's, runs with errors, runs that did not complete.
 fn judge(runs: &[LoadRun], failed: &[String]) -> Vec<String> {
-    let each = |r: &LoadRun| {
-        r.problems.iter().map(|p| format!("{} {}: {p}", r.config, r.started)).collect::<Vec<_>>()
-    };
-    let errors =
-        |r: &LoadRun| format!("{} {}: {} errors", r.config, r.started, r.summary.answers.errors);
-    let errors = runs.iter().filter(|r| r.summary.answers.errors > 0).map(errors);
-    let each = runs.iter().flat_map(each);
+    let each = runs
+        .iter()
+        .flat_map(|r| r.problems.iter().map(move |p| format!("{} {}: {p}", r.config, r.started)));
+    let errors = runs.iter().filter(|r| r.summary.errors > 0);
+    let errors = errors.map(|r| format!("{} {}: {} errors", r.config, r.started, r.summary.errors));
     each.chain(errors).chain(failed.iter().cloned()).collect()
 }
 
 fn figures(configs: &[Configuration], runs: &[LoadRun], md: &str, problems: &[String]) -> String {
-    let p99 = |name: &str| median(runs_of(runs, name).map(|r| r.summary.latency().p99).collect());
-    let each = util::list(configs, |c| format!("{} p99 median {:.3} ms", c.name(), p99(c.name())));
-    let ratio = Some(p99("stack") / p99("bound")).filter(|r| r.is_finite());
+    let each =
+        util::list(configs, |c| format!("{} p99 median {:.3} ms", c.name(), p99s(runs, c.name())));
+    let ratio = Some(p99s(runs, "stack") / p99s(runs, "bound")).filter(|r| r.is_finite());
     let ratio = ratio.map_or(String::new(), |r| format!(", stack / bound p99 {r:.2}x"));
     format!("{each}{ratio} ({} runs, {md}){}", runs.len(), util::problems_suffix(problems))
 }
@@ -322,34 +336,35 @@ mod tests {
 
     #[test]
     fn the_configurations_of_a_batch() {
-        let names =
-            |line| configs(line).unwrap().iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
-        assert_eq!(names(""), ["floor", "bound", "stack"]);
-        let c = configs(
-            "--external peer=/work/peer/compose.yml --config bound --variant one=x/one.yml",
-        );
-        let c = c.unwrap();
-        let line = "--external peer=/p/c.yml --config stack --variant one=o.yml";
-        assert_eq!(names(line), ["stack", "one", "peer"]);
+        let names = |line| util::list(configs(line).unwrap(), |c| c.name().to_string());
+        let cases = [
+            ("", "floor, bound, stack"),
+            ("--external peer=/p/c.yml --config stack --variant one=o.yml", "stack, one, peer"),
+        ];
+        for (line, want) in cases {
+            assert_eq!(names(line), want);
+        }
         assert!(configs("--config stack --variant stack=x.yml").is_err());
         assert!(named("peer=").is_err() && named("=x.yml").is_err() && named("x.yml").is_err());
+        let c = configs("--external peer=/work/peer/compose.yml --config bound --variant one=x/one.yml --config floor").unwrap();
         let extra = [PathBuf::from("o.yml")];
-        let [bound, one, peer] = [0, 1, 2].map(|i| c[i].compose(&extra));
+        let [bound, floor, one, peer] = [0, 1, 2, 3].map(|i| c[i].compose(&extra));
         let f = &bound.files;
         assert!(f.len() == 3 && f[1].ends_with("o.yml") && f[2].ends_with(BOUND));
         assert!(one.files.len() == 3 && one.files[2].ends_with("x/one.yml"));
-        assert_eq!(configs("--config floor").unwrap()[0].compose(&extra).project, "fraudfloor");
+        assert_eq!((floor.project.as_str(), floor.files.len()), ("fraudfloor", 1));
+        let described = [0, 1, 2, 3].map(|i| c[i].describe());
         assert_eq!(
-            [c[0].describe(), c[1].describe()],
-            ["`bound` (`docker/bound.yml`)", "`one` (`x/one.yml`)"]
+            described[..3],
+            ["`bound` (`docker/bound.yml`)", "`floor`", "`one` (`x/one.yml`)"]
         );
         // An external project is run as it is: the batch's `-f` overrides do not reach it.
-        let (name, file) = ("peer".into(), "/work/peer/compose.yml".into());
-        assert_eq!(c[2], External(Named { name, file }));
-        let got = (peer.project.as_str(), peer.files.len(), peer.dir.to_str());
-        assert_eq!(got, ("fraudpeer", 1, Some("/work/peer")));
-        assert_eq!(peer.layout, super::super::compose::Layout::External);
-        assert!(c[2].describe().contains("external compose `/work/peer/compose.yml`, run as is"));
+        let got = (peer.project.as_str(), peer.files.len(), peer.dir.to_str(), peer.layout);
+        assert_eq!(
+            got,
+            ("fraudpeer", 1, Some("/work/peer"), crate::stack::compose::Layout::External)
+        );
+        assert!(described[3].contains("external compose `/work/peer/compose.yml`, run as is"));
     }
 
     #[test]
@@ -379,14 +394,16 @@ mod tests {
         let runs = [run_of("stack", &[("api1", 40)]), run_of("peer", &[("lb", 10)])];
         let failed = ["peer round 2: not ready".to_string()];
         assert_eq!(judge(&runs, &failed), failed);
-        assert_eq!(
-            figures(&configs, &runs, "b.md", &failed),
-            "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready"
-        );
+        let want = "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready";
+        assert_eq!(figures(&configs, &runs, "b.md", &failed), want);
         let pair = [run_of("bound", &[]), run_of("stack", &[])];
-        let both =
-            Configuration::all(&crate::stack::parse("--config bound --config stack").unwrap());
-        let f = figures(&both.unwrap(), &pair, "m", &[]);
+        let f = figures(
+            &Configuration::all(&crate::stack::parse("--config bound --config stack").unwrap())
+                .unwrap(),
+            &pair,
+            "m",
+            &[],
+        );
         assert!(f.contains("stack p99 median 0.900 ms, stack / bound p99 1.00x (2 runs"), "{f}");
     }
 }
