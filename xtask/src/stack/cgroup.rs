@@ -26,14 +26,12 @@ pub struct Snapshot {
 }
 
 impl Cgroup {
-    /// The container's directories (`/sys/fs/cgroup/<controller>/docker/<id>` with the cgroupfs
-    /// driver; a short search below the controller otherwise).
+    /// The container's directories (`/sys/fs/cgroup/<controller>/docker/<id>`: cgroupfs driver).
     pub fn of(id: &str) -> Result<Cgroup> {
         let find = |ctl: &str| {
             let base = Path::new("/sys/fs/cgroup").join(ctl);
-            let direct = base.join("docker").join(id);
-            let found = if direct.is_dir() { Some(direct) } else { search(&base, id, 3) };
-            found.with_context(|| {
+            let dir = base.join("docker").join(id);
+            dir.is_dir().then_some(dir).with_context(|| {
                 format!("no cgroup v1 {ctl} directory for container {id} under {}", base.display())
             })
         };
@@ -70,14 +68,6 @@ impl Cgroup {
         }
         Ok(())
     }
-}
-
-fn search(dir: &Path, id: &str, depth: u32) -> Option<PathBuf> {
-    let dirs = std::fs::read_dir(dir).ok()?.flatten().filter(|e| e.path().is_dir() && depth > 0);
-    dirs.into_iter().find_map(|e| match e.file_name().to_string_lossy().contains(id) {
-        true => Some(e.path()),
-        false => search(&e.path(), id, depth - 1),
-    })
 }
 
 fn read(p: &Path) -> Result<String> {

@@ -1,14 +1,14 @@
-//! Docker compose projects (ours, the floor, an external file run as its author wrote it), run by
-//! Compose v2 as the contest's engine runs it ([`binary`]: `deploy.resources.limits` apply without
-//! `--compatibility`), `docker inspect`, and a guard that takes a project down.
+//! Docker compose projects (ours, the floor, a submission, an external file run as its author
+//! wrote it), run by Compose v2 as the contest's engine runs it ([`binary`]:
+//! `deploy.resources.limits` apply without `--compatibility`), and `docker inspect`.
 
-use crate::util::{self, cmd, log, root};
+use crate::util::{self, cmd, root};
 use anyhow::{bail, ensure, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Compose {
     pub project: String,
     pub dir: PathBuf,
@@ -22,13 +22,12 @@ pub struct Compose {
 }
 
 /// What the harness knows of a project's insides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// Ours (the stack or the floor): a `haproxy` service, the `apis` on Unix sockets in the
-    /// `sockets` volume, HAProxy's stats socket beside them.
+    /// Ours: a `haproxy` service, the `apis` on Unix sockets in the `sockets` volume, HAProxy's
+    /// stats socket beside them.
     Ours,
-    /// Someone else's compose file: only that it serves on port 9999; its services are what
+    /// Someone else's: only that it serves on port 9999; its services are what
     /// `docker-compose config --services` lists.
     External,
 }
@@ -39,57 +38,58 @@ fn absolute(p: &Path) -> PathBuf {
 }
 
 impl Compose {
-    fn ours(
-        project: &str,
-        dir: PathBuf,
-        file: &str,
-        overrides: &[PathBuf],
-        apis: &[&str],
-    ) -> Compose {
-        let files = std::iter::once(root().join(file))
-            .chain(overrides.iter().map(|f| absolute(f)))
-            .collect();
-        let apis = apis.iter().map(|a| a.to_string()).collect();
-        Compose { project: project.into(), dir, files, apis, layout: Layout::Ours, pinned: false }
+    fn ours(project: &str, dir: PathBuf, files: Vec<PathBuf>, apis: &[&str]) -> Compose {
+        let (project, apis) = (project.into(), apis.iter().map(|a| a.to_string()).collect());
+        Compose { project, dir, files, apis, layout: Layout::Ours, pinned: false }
+    }
+
+    fn with(file: &str, overrides: &[PathBuf]) -> Vec<PathBuf> {
+        std::iter::once(root().join(file)).chain(overrides.iter().map(|f| absolute(f))).collect()
     }
 
     /// The contest stack (`docker-compose.yml`) with `overrides` applied on top.
     pub fn stack(overrides: &[PathBuf]) -> Compose {
-        Compose::ours("fraudstack", root(), "docker-compose.yml", overrides, &["api1", "api2"])
+        let files = Compose::with("docker-compose.yml", overrides);
+        Compose::ours("fraudstack", root(), files, &["api1", "api2"])
     }
 
     /// HAProxy answering by itself (`docker/compose.floor.yml`), with `overrides`.
     pub fn floor(overrides: &[PathBuf]) -> Compose {
-        let file = "docker/compose.floor.yml";
-        Compose::ours("fraudfloor", root().join("docker"), file, overrides, &[])
+        let files = Compose::with("docker/compose.floor.yml", overrides);
+        Compose::ours("fraudfloor", root().join("docker"), files, &[])
     }
 
     /// A whole compose project from elsewhere (e.g. another entry's), named `fraud<name>` (what
-    /// compose keeps of it: lowercase letters, digits, `-`, `_`) and run from its file's
-    /// directory (where its relative paths point). The harness builds none of its images.
+    /// compose keeps of it) and run from its file's directory. The harness builds none of its
+    /// images.
     pub fn external(name: &str, file: &Path) -> Compose {
-        let (file, keep) =
-            (absolute(file), |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_');
+        let keep = |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_';
         let project = format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
+        let (file, apis) = (absolute(file), vec![]);
         let dir = file.parent().map_or_else(root, Path::to_path_buf);
-        let (files, apis) = (vec![file], vec![]);
-        Compose { project, dir, files, apis, layout: Layout::External, pinned: false }
+        Compose { project, dir, files: vec![file], apis, layout: Layout::External, pinned: false }
     }
 
     /// A submission directory (`stack submission`): its docker-compose.yml alone, run from there.
     pub fn submission(dir: &Path) -> Compose {
-        let dir = absolute(dir);
-        let c = Compose::ours("fraudsubmission", dir.clone(), "", &[], &["api1", "api2"]);
-        Compose { files: vec![dir.join("docker-compose.yml")], dir, pinned: true, ..c }
+        let (dir, apis) = (absolute(dir), &["api1", "api2"]);
+        let c = Compose::ours(
+            "fraudsubmission",
+            dir.clone(),
+            vec![dir.join("docker-compose.yml")],
+            apis,
+        );
+        Compose { pinned: true, ..c }
     }
 
     /// Every service that runs: ours HAProxy first, then the APIs; an external project's as
-    /// `docker-compose config --services` lists them (dependencies first).
+    /// `docker-compose config --services` lists them.
     pub fn services(&self) -> Result<Vec<String>> {
         if self.layout == Layout::Ours {
             return Ok([vec!["haproxy".to_string()], self.apis.clone()].concat());
         }
-        let services = service_list(&util::read(&self.command(&["config", "--services"]))?);
+        let text = util::read(&self.command(&["config", "--services"]))?;
+        let services: Vec<String> = text.split_whitespace().map(String::from).collect();
         ensure!(!services.is_empty(), "{}: `config --services` lists none", self.project);
         Ok(services)
     }
@@ -103,12 +103,8 @@ impl Compose {
 
     /// Takes the project down (with its volumes), quietly: a project that is not up is fine.
     pub fn down(&self) {
-        let _ = self
-            .command(&["down", "-v", "--remove-orphans"])
-            .stdout_null()
-            .stderr_null()
-            .unchecked()
-            .run();
+        let down = self.command(&["down", "-v", "--remove-orphans"]);
+        let _ = down.stdout_null().stderr_null().unchecked().run();
     }
 
     /// Brings the project up from nothing (down first, so no state survives from a previous run).
@@ -130,49 +126,30 @@ impl Compose {
 
     /// The last lines of every service's log, for a failure message.
     pub fn log_tail(&self) -> String {
-        self.command(&["logs", "--no-color", "--tail=20"])
-            .stderr_null()
-            .unchecked()
-            .read()
-            .unwrap_or_default()
+        let logs = self.command(&["logs", "--no-color", "--tail=20"]);
+        logs.stderr_null().unchecked().read().unwrap_or_default()
     }
 
     /// Host directory of the shared socket volume (`<project>_sockets`).
     pub fn socket_dir(&self) -> Result<PathBuf> {
-        #[derive(Deserialize)]
-        struct Volume {
-            #[serde(rename = "Mountpoint")]
-            mountpoint: PathBuf,
-        }
+        let volume = format!("{}_sockets", self.project);
         let text =
-            util::read(&cmd!("docker", "volume", "inspect", format!("{}_sockets", self.project)))?;
-        let v: Vec<Volume> = serde_json::from_str(&text).context("docker volume inspect")?;
-        Ok(v.into_iter().next().context("no such volume")?.mountpoint)
+            util::read(&cmd!("docker", "volume", "inspect", "-f", "{{.Mountpoint}}", volume))?;
+        Ok(PathBuf::from(text.trim()))
     }
 }
 
-/// The output of `docker-compose config --services`: one name a line.
-fn service_list(text: &str) -> Vec<String> {
-    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
-}
-
-/// Takes the project down when dropped, unless `keep` (then it says so).
-pub struct Up {
-    pub compose: Compose,
-    pub keep: bool,
-}
+/// Takes the project down when dropped.
+pub struct Up(pub Compose);
 
 impl Drop for Up {
     fn drop(&mut self) {
-        match self.keep {
-            true => log!("--keep: {} left up", self.compose.project),
-            false => self.compose.down(),
-        }
+        self.0.down()
     }
 }
 
 /// What `docker inspect` says of a container (the fields the harness reads).
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Inspect {
     pub id: String,
@@ -182,7 +159,7 @@ pub struct Inspect {
     pub config: Config,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct State {
     pub running: bool,
@@ -191,7 +168,7 @@ pub struct State {
     pub pid: u32,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct HostConfig {
     pub nano_cpus: u64,
@@ -204,7 +181,7 @@ pub struct HostConfig {
     pub security_opt: Option<Vec<String>>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Config {
     pub user: String,
@@ -250,25 +227,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn our_projects_and_an_external_one() {
+    fn our_projects_a_submission_and_an_external_one() {
+        let (o, sub) = ([PathBuf::from("o.yml")], Path::new("/x/sub"));
+        let cases = [
+            (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2, "haproxy api1 api2"),
+            (Compose::floor(&[]), "fraudfloor", "docker/compose.floor.yml", 1, "haproxy"),
+            (
+                Compose::submission(sub),
+                "fraudsubmission",
+                "/x/sub/docker-compose.yml",
+                1,
+                "haproxy api1 api2",
+            ),
+        ];
+        for (c, project, first, n, services) in cases {
+            assert_eq!((c.project.as_str(), c.files.len(), c.layout), (project, n, Layout::Ours));
+            assert!(c.files[0].ends_with(first) && c.files.iter().all(|f| f.is_absolute()));
+            assert_eq!(c.services().unwrap().join(" "), services);
+        }
+        assert!(Compose::submission(sub).pinned && !Compose::stack(&[]).pinned);
         let c = Compose::external("Peer.2", Path::new("/x/peer/compose.yml"));
-        assert_eq!(
-            (c.project.as_str(), c.dir.as_path(), c.layout),
-            ("fraudpeer2", Path::new("/x/peer"), Layout::External)
-        );
-        assert!(c.apis.is_empty());
-        let stack = Compose::stack(&[PathBuf::from("o.yml")]);
-        assert_eq!((stack.layout, stack.files.len()), (Layout::Ours, 2));
-        assert!(stack.files[0].ends_with("docker-compose.yml") && stack.files[1].is_absolute());
-        assert_eq!(stack.services().unwrap(), ["haproxy", "api1", "api2"]);
-        let floor = Compose::floor(&[]);
-        assert_eq!(
-            (floor.project.as_str(), floor.services().unwrap()),
-            ("fraudfloor", vec!["haproxy".to_string()])
-        );
-        assert_eq!(
-            (service_list("api1\napi2\nlb\n"), service_list("\n")),
-            (vec!["api1".into(), "api2".into(), "lb".into()], vec![])
-        );
+        let got = (c.project.as_str(), c.dir.as_path(), c.layout, c.apis.len());
+        assert_eq!(got, ("fraudpeer2", Path::new("/x/peer"), Layout::External, 0));
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::util::{self, log, root, ScratchImage, TRIPLE};
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Clone)]
 pub struct Build {
@@ -52,11 +52,6 @@ fn api(target_dir: PathBuf) -> Result<()> {
     Ok(())
 }
 
-/// The libraries a dynamic binary loads, as `ldd` prints them (absolute paths).
-fn libraries(ldd: &str) -> Vec<PathBuf> {
-    ldd.split_whitespace().filter(|w| w.starts_with('/')).map(PathBuf::from).collect()
-}
-
 fn haproxy() -> Result<()> {
     let hap = (["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
         .iter()
@@ -69,8 +64,11 @@ fn haproxy() -> Result<()> {
         bail!("{first}: docker-compose.yml names haproxy:2.6 (change both together)");
     }
     let mut fs = ScratchImage::default();
-    for lib in libraries(&util::read(&duct::cmd!("ldd", &hap))?) {
-        fs.file(lib.to_string_lossy().trim_start_matches('/'), &lib, 0o755);
+    // The libraries it loads: the absolute paths `ldd` prints.
+    for lib in
+        util::read(&duct::cmd!("ldd", &hap))?.split_whitespace().filter(|w| w.starts_with('/'))
+    {
+        fs.file(lib.trim_start_matches('/'), Path::new(lib), 0o755);
     }
     // /tmp and /sock as in the API image (1777), so the shared volume gets the same mode
     // whichever container mounts it first.
@@ -86,20 +84,4 @@ fn haproxy() -> Result<()> {
     util::docker_build(&ctx, &root().join("docker/haproxy/Dockerfile"), HAPROXY)?;
     log!("haproxy:2.6 stand-in built from {first}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn libraries_from_ldd() {
-        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibcrypt.so.1 => /lib/x86_64-linux-gnu/libcrypt.so.1 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n";
-        let libs = super::libraries(ldd);
-        assert_eq!(
-            libs,
-            [
-                std::path::Path::new("/lib/x86_64-linux-gnu/libcrypt.so.1"),
-                std::path::Path::new("/lib64/ld-linux-x86-64.so.2")
-            ]
-        );
-    }
 }

@@ -81,8 +81,8 @@ pub struct Session {
 impl Session {
     /// Brings `compose` up (a project `up` leaves half made is taken down too) and waits until it
     /// serves; checks ours (an external project is run as its author wrote it: limits logged).
-    pub fn start(name: &str, compose: &Compose, keep: bool) -> Result<Session> {
-        let (t, up) = (Instant::now(), Up { compose: compose.clone(), keep });
+    pub fn start(name: &str, compose: &Compose) -> Result<Session> {
+        let (t, up) = (Instant::now(), Up(compose.clone()));
         if let Err(e) = compose.up().and_then(|()| wait_serving(compose)) {
             log!("last log lines:\n{}", compose.log_tail());
             return Err(e);
@@ -116,7 +116,7 @@ impl Session {
             return Ok(None);
         }
         common.prepare(true, wrk)?;
-        Session::start(gate, &Compose::stack(&common.overrides), common.keep).map(Some)
+        Session::start(gate, &Compose::stack(&common.overrides)).map(Some)
     }
 
     /// A monitor of the stack every `interval`, writing `<base>.monitor.jsonl`.
@@ -245,11 +245,11 @@ impl LoadRun {
     }
 }
 
-/// Brings `compose` up, runs k6 in `shape`, takes it down (unless `keep`) and returns the run,
+/// Brings `compose` up, runs k6 in `shape`, takes it down and returns the run,
 /// also written to `<target>/xtask/stack/<time>-<config>-<mode>.json`.
-pub fn load_run(config: &str, compose: &Compose, shape: Shape, keep: bool) -> Result<LoadRun> {
+pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun> {
     let mode = format!("{:?}", shape.shape).to_lowercase();
-    let s = Session::start(&format!("{config}-{mode}"), compose, keep)?;
+    let s = Session::start(&format!("{config}-{mode}"), compose)?;
     log!("{config}: k6 {mode} run (load {})", s.load_start);
     let k6 = k6::start("fraud-test.js", &shape.env()?, &s.base)?;
     let (status, summary) = k6::finish(&k6, &s.base)?;

@@ -34,9 +34,7 @@ pub struct Common {
     /// Use the images as they are (skip `stack images`).
     #[arg(long, env = "STACK_SKIP_BUILD")]
     no_build: bool,
-    /// Leave the project up at the end.
-    #[arg(long)]
-    keep: bool,
+
     #[command(flatten)]
     images: images::Build,
 }
@@ -111,10 +109,6 @@ enum Command {
     Check {
         #[arg(long)]
         running: bool,
-        /// Check this submission directory's docker-compose.yml instead, with the submission's
-        /// rules (images pinned by digest and linux/amd64 here).
-        #[arg(long)]
-        submission: Option<PathBuf>,
     },
     /// One k6 replica of the official test against the stack (a batch of one run).
     Run {
@@ -165,10 +159,8 @@ pub fn run(args: Args) -> Result<()> {
             let built = images::build(&build)?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
-        Command::Check { running, submission } => {
-            let compose =
-                submission.map_or_else(|| Compose::stack(&[]), |d| Compose::submission(&d));
-            let r = check::check(&compose, running)?;
+        Command::Check { running } => {
+            let r = check::check(&Compose::stack(&[]), running)?;
             let (cpus, mb, n) = (r.cpus, r.memory_mb, r.problems.len());
             let also = if running { " (running stack too)" } else { "" };
             let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
@@ -183,8 +175,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
-            let r =
-                load::load_run("stack", &Compose::stack(&common.overrides), SMOKE, common.keep)?;
+            let r = load::load_run("stack", &Compose::stack(&common.overrides), SMOKE)?;
             let figures = format!("{}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
             util::verdict("stack smoke", r.passed(), &figures, &r)
         }

@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<()> {
             util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
-        let run = load::load_run("submission", &c, SMOKE, a.common.keep);
+        let run = load::load_run("submission", &c, SMOKE);
         for (pinned, tag) in [(&api, images::API), (&balancer, images::HAPROXY)] {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
@@ -214,16 +214,11 @@ mod tests {
         assert!(
             text.starts_with("# Rinha de Backend 2026 submission") && text.contains("commit abc;")
         );
-        assert!(
-            text.ends_with(
-                "services:\n  api1:\n    image: r/a@sha256:1\n  haproxy:\n    image: h@sha256:2\n"
-            ),
-            "{text}"
-        );
-        assert!(pin(src, &pins[..1], "abc")
-            .unwrap_err()
-            .to_string()
-            .contains("no pin for image haproxy:2.6"));
+        let body =
+            "services:\n  api1:\n    image: r/a@sha256:1\n  haproxy:\n    image: h@sha256:2\n";
+        assert!(text.ends_with(body), "{text}");
+        let e = pin(src, &pins[..1], "abc").unwrap_err().to_string();
+        assert!(e.contains("no pin for image haproxy:2.6"));
         let template = std::fs::read_to_string(root().join(INFO)).unwrap();
         let set =
             |s: &[&str]| info(&template, &s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
@@ -234,17 +229,11 @@ mod tests {
             (v["participants"][0].as_str(), v["open_to_work"].as_bool()),
             (Some("Ana"), Some(true))
         );
-        assert!(
-            set(&["open_to_work=\"yes\""]).is_err()
-                && set(&["extra=1"]).is_err()
-                && set(&["x"]).is_err()
-        );
+        assert!(["open_to_work=\"yes\"", "extra=1", "x"].iter().all(|s| set(&[s]).is_err()));
         let names =
             ["127.0.0.1:5000/fraud-api:test", "docker.io/me/api", "me/api:v1", "localhost:5000/a"];
-        assert_eq!(
-            names.map(repository),
-            ["127.0.0.1:5000/fraud-api", "docker.io/me/api", "me/api", "localhost:5000/a"]
-        );
+        let want = ["127.0.0.1:5000/fraud-api", "docker.io/me/api", "me/api", "localhost:5000/a"];
+        assert_eq!(names.map(repository), want);
         assert!(Registry::start("docker.io/me/api:1").is_err());
     }
 }

@@ -244,9 +244,7 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
         log!("round {round}/{}: {}", a.runs, c.name());
-        // `--keep` only for a batch of one run (a project left up would meet the next on 9999).
-        let keep = a.common.keep && a.runs as usize * configs.len() == 1;
-        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape, keep) {
+        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape) {
             Ok(r) => runs.push(r),
             Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }
