@@ -4,19 +4,17 @@
 //
 //   MODE=steady    constant-arrival-rate RATE/s (default 900, the official peak) for DURATION s
 //                  (default 40); 100..250 VUs as in the contest. The chaos gate kills an API under
-//                  it; the overload gate runs it as the steady background of its overload.
-//   MODE=overload  k6 alone offering the overload (to compare generators): RATE/s for BEFORE s,
-//                  FACTOR*RATE/s for OVER s (OVER_VUS pre-allocated, up to MAX_VUS), RATE/s for
-//                  AFTER s.
+//                  it; the overload gate runs it as the steady background of its overload (wrk
+//                  adds the rest).
 //
 // The summary ($SUMMARY) has count, errors, p50 and p99 per second (`windows`, common.js), the
 // totals per phase, errors by kind (timeout, conn = refused/reset/EOF, s5xx, s_other, body) and
-// how long failed requests took. With LOG_FAILURES=1 (default in steady mode) each failure is
+// how long failed requests took. With LOG_FAILURES=1 each failure is
 // printed as `FAIL <epoch ms> <duration ms> <status> <error_code> <error>`, so the chaos gate can
 // line failures up with its kills. Payloads are taken in file order, wrapping around.
 //
 // Environment: TEST_DATA (required), BASE_URL (loopback only), SUMMARY, MODE, RATE, DURATION,
-// BEFORE, OVER, AFTER, FACTOR, OVER_VUS, MAX_VUS, LOG_FAILURES.
+// LOG_FAILURES.
 
 import http from 'k6/http';
 import exec from 'k6/execution';
@@ -29,13 +27,7 @@ const MODE = __ENV.MODE || 'steady';
 const SUMMARY = __ENV.SUMMARY || 'k6-resilience.json';
 const RATE = Number(__ENV.RATE || 900);
 const DURATION = Number(__ENV.DURATION || 40);
-const BEFORE = Number(__ENV.BEFORE || 10);
-const OVER = Number(__ENV.OVER || 10);
-const AFTER = Number(__ENV.AFTER || 15);
-const FACTOR = Number(__ENV.FACTOR || 3);
-const OVER_VUS = Number(__ENV.OVER_VUS || 1500);
-const MAX_VUS = Number(__ENV.MAX_VUS || 3000);
-const LOG_FAILURES = (__ENV.LOG_FAILURES || (MODE === 'steady' ? '1' : '0')) === '1';
+const LOG_FAILURES = (__ENV.LOG_FAILURES || '1') === '1';
 
 const errKind = new Counter('err_kind');
 const errDuration = new Trend('err_duration', true);
@@ -47,15 +39,10 @@ const constant = (rate, seconds, start, pre, max) => ({
 });
 const scenarios = {
   steady: { steady: constant(RATE, DURATION, 0, 100, 250) },
-  overload: {
-    before: constant(RATE, BEFORE, 0, 100, 250),
-    overload: constant(FACTOR * RATE, OVER, BEFORE, OVER_VUS, MAX_VUS),
-    after: constant(RATE, AFTER, BEFORE + OVER, 100, 250),
-  },
 };
-if (!scenarios[MODE]) throw new Error(`MODE must be steady or overload, got ${MODE}`);
+if (!scenarios[MODE]) throw new Error(`MODE must be steady, got ${MODE}`);
 const PHASES = Object.keys(scenarios[MODE]);
-const SECONDS = MODE === 'steady' ? DURATION : BEFORE + OVER + AFTER;
+const SECONDS = DURATION;
 
 // Always-true thresholds: they only make k6 keep a submetric per window, phase and kind.
 const thresholds = windowThresholds(SECONDS);
@@ -83,16 +70,10 @@ export function setup() {
 
 const headers = { 'Content-Type': 'application/json' };
 
-// Overload mode: each phase starts where the previous one's payloads would end.
-function phaseOffset() {
-  const name = exec.scenario.name;
-  if (name === 'overload') return BEFORE * RATE;
-  if (name === 'after') return BEFORE * RATE + OVER * FACTOR * RATE;
-  return 0;
-}
+
 
 export default function (data) {
-  const i = exec.scenario.iterationInTest + phaseOffset();
+    const i = exec.scenario.iterationInTest;
   const [body, expectedApproved] = entries[i % entries.length];
   const start = Date.now();
   const tags = windowTags(data.t0);

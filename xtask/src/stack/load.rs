@@ -194,11 +194,7 @@ pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     poll_stat(compose, "HAProxy: every server UP", limit, |rows| {
         let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.status == State::Up);
         let (up, n) = (compose.apis.iter().filter(is_up).count(), compose.apis.len());
-        if up == n {
-            Ok(())
-        } else {
-            Err(format!("{up} of {n} UP"))
-        }
+        (up == n).then_some(()).ok_or(format!("{up} of {n} UP"))
     })
 }
 
@@ -210,11 +206,7 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
         let busy = rows
             .iter()
             .any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
-        if busy {
-            Ok(util::now_ms())
-        } else {
-            Err("at most 10 connections".into())
-        }
+        busy.then(util::now_ms).ok_or("at most 10 connections".into())
     })
 }
 

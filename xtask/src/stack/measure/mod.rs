@@ -182,11 +182,8 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
         let (s, st, k6::Trend { med, p99 }) = (&r.summary, &r.started, r.summary.latency());
         let (config, load, n, score, errors, fp, fn_) =
             (&r.config, &r.load_before, s.requests, s.final_score, s.errors, s.fp, s.fn_);
-        let (time, cpu, throttled) = (
-            format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]),
-            cpu(&|c| cpu_of(r, c)),
-            throttled(r),
-        );
+        let time = format!("{}:{}:{}", &st[9..11], &st[11..13], &st[13..15]);
+        let (cpu, throttled) = (cpu(&|c| cpu_of(r, c)), throttled(r));
         t += &format!("| {} | {config} | {time} | {load} | {n} | {med:.3} | {p99:.3} | {score:.1} | {errors} | {fp} / {fn_} | {cpu} | {throttled} |\n", i + 1);
     }
     // The reference: the bound (the stack without the scorer) when the batch has it, else the floor.
@@ -205,12 +202,8 @@ fn tables(configs: &[Configuration], runs: &[LoadRun]) -> String {
         let ratio = Some(p99 / reference_p99)
             .filter(|r| !r.is_nan())
             .map_or("-".into(), |r| format!("{r:.2}x"));
-        let (name, n, score, cpu) = (
-            c.name(),
-            rs.len(),
-            m(&|r| Some(r.summary.final_score)),
-            cpu(&|col| Some(m(&|r| cpu_of(r, col)))),
-        );
+        let (name, n, score) = (c.name(), rs.len(), m(&|r| Some(r.summary.final_score)));
+        let cpu = cpu(&|col| Some(m(&|r| cpu_of(r, col))));
         t += &format!("| {name} | {n} | {med:.3} | {p99:.3} | {ratio} | {score:.1} | {cpu} |\n");
     }
     t
