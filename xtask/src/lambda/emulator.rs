@@ -1,7 +1,8 @@
-//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap on loopback;
-//! the RIE starts the bootstrap at the first invocation, and both write one log ([`Log`]).
+//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap on loopback
+//! ([`session`]); the RIE starts the bootstrap at the first invocation, both write one [`Log`].
 
-use crate::util::{self, log};
+use super::events::Answer;
+use crate::util::{self, log, ms};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -23,75 +24,93 @@ pub struct Settings {
     pub cpus: Option<f64>,
 }
 
-pub struct Emulator {
-    child: duct::Handle,
-    api: SocketAddr,
-    agent: ureq::Agent,
-    log: PathBuf,
-    cgroup: Option<PathBuf>,
-    pub launched: Instant,
+/// One run of the emulator: what each event sent in order got (the first starts the bootstrap).
+pub struct Session {
+    pub launch_to_first_ms: f64,
+    /// Each event's answer and round trip (ms), or why there is none.
+    pub answers: Vec<Result<(Answer, f64), String>>,
+    /// The bootstrap's memory after the last answer.
+    pub memory: Option<Memory>,
+    pub log: Log,
 }
 
-impl Emulator {
-    /// Starts the RIE for the bootstrap in `package_dir`, writing its output to `log`.
-    pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: PathBuf) -> Result<Emulator> {
-        let (api, runtime_api) = (free_port()?, free_port()?);
-        let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
-        let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
-        let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
-        let out = std::fs::File::create(&log)
-            .with_context(|| format!("cannot create {}", log.display()))?;
-        let (api_s, runtime_s) = (api.to_string(), runtime_api.to_string());
-        let flags =
-            ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
-        let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
-        let e = e.dir(package_dir).stdin_null().stdout_file(out.try_clone()?).stderr_file(out);
-        let child = e
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
-            .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
-            // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
-            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-            .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
-            .env("FRAUD_PREFAULT", if s.prefault { "1" } else { "0" })
-            .env_remove("RUST_LOG")
-            .unchecked()
-            .start()
-            .with_context(|| format!("cannot start {}", rie.display()))?;
-        let agent = util::http_agent(Duration::from_secs(15));
-        Ok(Emulator { child, api, agent, log, cgroup, launched: Instant::now() })
-    }
-
-    /// Waits (at most 20 s) until the RIE accepts connections; returns the time since launch.
-    pub fn wait_listening(&mut self) -> Result<Duration> {
-        let (limit, every) = (Duration::from_secs(20), Duration::from_millis(5));
-        util::poll("the emulator's API", limit, every, || {
-            if TcpStream::connect_timeout(&self.api, Duration::from_secs(1)).is_ok() {
-                return Ok(Ok(self.launched.elapsed()));
-            }
-            if let Some(out) = self.child.try_wait()? {
-                bail!("the emulator exited ({}); log in {}", out.status, self.log.display());
-            }
-            Ok(Err("not listening".into()))
-        })
-    }
-
-    /// Sends one event; returns the emulator's answer (the function's JSON) and the round trip.
-    pub fn invoke(&self, event: &[u8]) -> Result<(Vec<u8>, Duration)> {
-        let url = format!("http://{}{INVOKE}", self.api);
+/// Runs the RIE for the bootstrap in `package_dir` (output to `log`), sends `events`, stops it.
+pub fn session(
+    rie: &Path,
+    package_dir: &Path,
+    s: &Settings,
+    log: PathBuf,
+    events: &[Vec<u8>],
+) -> Result<Session> {
+    let (api, runtime_api) = (free_port()?, free_port()?);
+    let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
+    let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
+    let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
+    let out =
+        std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let (api_s, runtime_s) = (api.to_string(), runtime_api.to_string());
+    let flags =
+        ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
+    let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
+    let e = e.dir(package_dir).stdin_null().stdout_file(out.try_clone()?).stderr_file(out);
+    let child = e
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
+        .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
+        // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
+        .env("FRAUD_PREFAULT", if s.prefault { "1" } else { "0" })
+        .env_remove("RUST_LOG")
+        .unchecked()
+        .start()
+        .with_context(|| format!("cannot start {}", rie.display()))?;
+    let (launched, emu) = (Instant::now(), Emulator { child, log, cgroup });
+    log!("emulator started, log in {}", emu.log.display());
+    let (limit, every) = (Duration::from_secs(20), Duration::from_millis(5));
+    util::poll("the emulator's API", limit, every, || {
+        if TcpStream::connect_timeout(&api, Duration::from_secs(1)).is_ok() {
+            return Ok(Ok(()));
+        }
+        if let Some(out) = emu.child.try_wait()? {
+            bail!("the emulator exited ({}); log in {}", out.status, emu.log.display());
+        }
+        Ok(Err("not listening".into()))
+    })?;
+    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
+    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
         let t = Instant::now();
-        let req = self.agent.post(&url).header("content-type", "application/json");
+        let req = agent.post(&url).header("content-type", "application/json");
         let mut resp = req.send(event).context("invoke through the emulator")?;
         let body = resp.body_mut().read_to_vec()?;
-        let rtt = t.elapsed();
+        let rtt = ms(t.elapsed());
         if resp.status() != 200 {
             let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
             bail!("the emulator answered HTTP {}: {shown}", resp.status());
         }
-        Ok((body, rtt))
+        Ok((Answer::parse(&body)?, rtt))
+    };
+    let mut answers = Vec::new();
+    let mut launch_to_first_ms = f64::NAN;
+    for event in events {
+        answers.push(invoke(event).map_err(|e| format!("{e:#}")));
+        if answers.len() == 1 {
+            launch_to_first_ms = ms(launched.elapsed());
+        }
     }
+    let memory = emu.bootstrap_memory();
+    Ok(Session { launch_to_first_ms, answers, memory, log: emu.stop()? })
+}
 
+/// The running RIE (killed with the bootstrap when dropped).
+struct Emulator {
+    child: duct::Handle,
+    log: PathBuf,
+    cgroup: Option<PathBuf>,
+}
+
+impl Emulator {
     /// Memory of the running bootstrap (its index pages count as file-backed RSS).
-    pub fn bootstrap_memory(&self) -> Option<Memory> {
+    fn bootstrap_memory(&self) -> Option<Memory> {
         let pids = self.child.pids().into_iter().flat_map(descendants);
         let pid = pids.into_iter().find(|p| comm(*p).as_deref() == Some("bootstrap"))?;
         Memory::parse(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
@@ -99,7 +118,7 @@ impl Emulator {
 
     /// Stops the RIE and the bootstrap, then reads the log as it was before they were stopped
     /// (what they print about being killed is not part of the run).
-    pub fn stop(mut self) -> Result<Log> {
+    fn stop(mut self) -> Result<Log> {
         let len = std::fs::metadata(&self.log)?.len() as usize;
         self.kill();
         let mut text = std::fs::read(&self.log)
@@ -133,24 +152,24 @@ impl Drop for Emulator {
     }
 }
 
-/// The bootstrap's memory, from `/proc/<pid>/status`.
+/// The bootstrap's memory (MB), from `/proc/<pid>/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Memory {
-    pub peak_rss_kb: u64,
-    pub rss_anon_kb: u64,
-    pub rss_file_kb: u64,
+    pub peak_rss_mb: f64,
+    pub rss_anon_mb: f64,
+    pub rss_file_mb: f64,
 }
 
 impl Memory {
     fn parse(status: &str) -> Option<Memory> {
-        let kb = |key: &str| -> Option<u64> {
+        let mb = |key: &str| -> Option<f64> {
             let line = status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
-            line.split_whitespace().next()?.parse().ok()
+            Some(line.split_whitespace().next()?.parse::<f64>().ok()? / 1024.0)
         };
         Some(Memory {
-            peak_rss_kb: kb("VmHWM")?,
-            rss_anon_kb: kb("RssAnon")?,
-            rss_file_kb: kb("RssFile")?,
+            peak_rss_mb: mb("VmHWM")?,
+            rss_anon_mb: mb("RssAnon")?,
+            rss_file_mb: mb("RssFile")?,
         })
     }
 }
@@ -193,7 +212,7 @@ fn descendants(pid: u32) -> Vec<u32> {
 }
 
 /// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 pub struct Line {
     pub level: String,
     pub fields: BTreeMap<String, serde_json::Value>,
@@ -211,7 +230,7 @@ impl Line {
 }
 
 /// What the log file says after a run.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Log {
     /// `INIT REPORT(durationMs: ...)`: exec of the bootstrap to its first request for work.
     pub init_report_ms: Option<f64>,
@@ -294,7 +313,7 @@ mod tests {
     fn memory_from_proc_status_and_descendants_from_proc() {
         let status =
             "Name:\tbootstrap\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\nRssFile:\t   93400 kB\n";
-        let want = Memory { peak_rss_kb: 93824, rss_anon_kb: 412, rss_file_kb: 93400 };
+        let want = Memory { peak_rss_mb: 91.625, rss_anon_mb: 0.40234375, rss_file_mb: 91.2109375 };
         assert_eq!(Memory::parse(status), Some(want));
         assert_eq!(Memory::parse("Name:\tx\n"), None);
         let child = duct::cmd!("sleep", "5").start().unwrap();

@@ -1,16 +1,16 @@
 //! The cases the function is held to: every event of events/ against its expected.tsv (status,
 //! then a JSON body, `error`, or `error:<field>`), and public payloads in the four event formats.
 
-use crate::util::{self, root, Entry};
+use crate::util::{self, root};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The four event sources, each with a `legit.json` in events/<source>/.
-pub const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];
+const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];
 
 pub fn events_dir() -> PathBuf {
     root().join("events")
@@ -32,7 +32,7 @@ pub enum Expect {
     ErrorAt(String),
 }
 
-/// One event file (path below events/) and its expected answer.
+/// One event (a file below events/, or what a replayed entry is named) and its expected answer.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub event: String,
@@ -40,28 +40,23 @@ pub struct Case {
     pub expect: Expect,
 }
 
-/// Reads an expected.tsv (`event<TAB>status<TAB>body`).
-pub fn parse_table(text: &str) -> Result<Vec<Case>> {
-    #[derive(Deserialize)]
-    struct Row {
-        event: String,
-        status: u16,
-        body: String,
-    }
-    let mut reader =
-        csv::ReaderBuilder::new().delimiter(b'\t').quoting(false).from_reader(text.as_bytes());
-    let case = |row: Result<Row, csv::Error>| -> Result<Case> {
-        let Row { event, status, body } = row?;
-        let expect = match (body.as_str(), body.strip_prefix("error:")) {
+/// An event to send and the case its answer is held to.
+pub type Sent = (Vec<u8>, Case);
+
+/// Reads an expected.tsv (`event<TAB>status<TAB>body`, a header line first).
+fn parse_table(text: &str) -> Result<Vec<Case>> {
+    let case = |line: &str| -> Result<Case> {
+        let [event, status, body] = line.splitn(3, '\t').collect::<Vec<_>>()[..] else {
+            bail!("not event<TAB>status<TAB>body: {line:?}")
+        };
+        let expect = match (body, body.strip_prefix("error:")) {
             ("error", _) => Expect::Error,
             (_, Some(field)) => Expect::ErrorAt(field.to_string()),
-            (b, None) => {
-                Expect::Json(serde_json::from_str(b).with_context(|| format!("{event}: body"))?)
-            }
+            (b, None) => Expect::Json(serde_json::from_str(b).with_context(|| format!("{event}"))?),
         };
-        Ok(Case { event, status, expect })
+        Ok(Case { event: event.into(), status: status.parse()?, expect })
     };
-    reader.deserialize().map(case).collect()
+    text.lines().skip(1).filter(|l| !l.is_empty()).map(case).collect()
 }
 
 /// Every case of events/expected.tsv, then of events/hostile/expected.tsv.
@@ -71,6 +66,40 @@ pub fn cases() -> Result<Vec<Case>> {
         parse_table(&text).with_context(|| format!("in events/{t}"))
     });
     Ok(tables.into_iter().collect::<Result<Vec<_>>>()?.concat())
+}
+
+/// GET /ready in `source`'s format: the first invocation of a run.
+pub fn ready(source: &str) -> Result<Sent> {
+    let (event, expect) = (format!("{source}/ready.json"), Expect::Json(json!({"ready": true})));
+    Ok((read_event(&event)?, Case { event, status: 200, expect }))
+}
+
+/// `n` public payloads spread evenly over the file, then (with `edges`) every entry with exactly
+/// 3 frauds in 5 (score 0.6, where a tie rule or an off-by-one would show); the `k`th in the
+/// format of source `source(k) % 4`, held to the labeller's answer.
+pub fn replay(n: usize, edges: bool, source: impl Fn(usize) -> usize) -> Result<Vec<Sent>> {
+    let entries = util::test_entries()?;
+    let each =
+        SOURCES.map(|s| Ok(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?));
+    let templates: Vec<Value> = each.into_iter().collect::<Result<_>>()?;
+    let scores: Vec<f64> = entries.iter().map(|e| e.expected_fraud_score).collect();
+    let sent = spread(&scores, n, edges).into_iter().enumerate().map(|(k, i)| {
+        let (e, mut event) = (&entries[i], templates[source(k) % 4].clone());
+        event["body"] = Value::String(e.request.get().to_string());
+        let body = json!({"approved": e.expected_approved, "fraud_score": e.expected_fraud_score});
+        let case = Case { event: format!("entry {i}"), status: 200, expect: Expect::Json(body) };
+        (serde_json::to_vec(&event).expect("a JSON value serializes"), case)
+    });
+    Ok(sent.collect())
+}
+
+fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
+    let mut picked = util::spread(scores.len(), n);
+    if edges {
+        let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
+        picked.extend((0..scores.len()).filter(|i| scores[*i] == 0.6 && !first.contains(i)));
+    }
+    picked
 }
 
 /// What the function answered, as `lambda_http` encodes it for every event source.
@@ -138,57 +167,19 @@ impl Answer {
             && body_ok
             && (case.status != 405 || self.allow.as_deref() == Some("POST"));
         let Answer { status, content_type, allow, body } = self;
-        let want = format!("{} {:?}", case.status, case.expect);
+        let (event, want) = (&case.event, format!("{} {:?}", case.status, case.expect));
         (!ok).then(|| {
-            format!(
-                "{}: got {status} {content_type:?} allow {allow:?} {body}, want {want}",
-                case.event
-            )
+            format!("{event}: got {status} {content_type:?} allow {allow:?} {body}, want {want}")
         })
     }
 }
 
-/// `n` entries spread evenly over the file, then (with `edges`) every entry with exactly 3
-/// frauds in 5 (fraud score 0.6, where a tie rule or an off-by-one would show).
-pub fn spread(entries: &[Entry], n: usize, edges: bool) -> Vec<usize> {
-    let mut picked = util::spread(entries.len(), n);
-    if edges {
-        let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
-        let edge = |i: &usize| entries[*i].expected_fraud_score == 0.6 && !first.contains(i);
-        picked.extend((0..entries.len()).filter(edge));
+/// Why an answer (with its round trip), or the failure to get one, does not meet `case`.
+pub fn failure(answer: &Result<(Answer, f64), String>, case: &Case) -> Option<String> {
+    match answer {
+        Ok((a, _)) => a.mismatch(case),
+        Err(e) => Some(format!("{}: {e}", case.event)),
     }
-    picked
-}
-
-/// The `legit.json` event of each source, to carry other bodies.
-pub struct Templates(Vec<Value>);
-
-impl Templates {
-    pub fn load() -> Result<Templates> {
-        let each =
-            SOURCES.map(|s| Ok(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?));
-        Ok(Templates(each.into_iter().collect::<Result<_>>()?))
-    }
-
-    /// The event of source `i % 4` carrying `body`.
-    pub fn event(&self, i: usize, body: &str) -> Vec<u8> {
-        let mut e = self.0[i % self.0.len()].clone();
-        e["body"] = Value::String(body.to_string());
-        serde_json::to_vec(&e).expect("a JSON value serializes")
-    }
-}
-
-/// Whether `answer` is the labeller's (`approved`, `fraud_score`).
-pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
-    #[derive(Deserialize)]
-    struct Decision {
-        approved: bool,
-        fraud_score: f64,
-    }
-    let decision = serde_json::from_str::<Decision>(&answer.body);
-    answer.status == 200
-        && decision
-            .is_ok_and(|d| d.approved == approved && (d.fraud_score - fraud_score).abs() < 1e-9)
 }
 
 /// A JSON answer (tests).
@@ -228,39 +219,30 @@ mod tests {
         named.sort();
         assert_eq!((files, cases.len()), (named, 45));
         // Each source's scored events carry the payloads of events/payloads/.
-        for source in SOURCES {
-            for name in ["legit", "fraud", "null-last", "malformed"] {
-                let payload = read_event(&format!("payloads/{name}.json")).unwrap();
-                assert_eq!(
-                    body(&format!("{source}/{name}.json")),
-                    payload.trim_ascii_end(),
-                    "{source}/{name}"
-                );
-            }
+        for (source, name) in SOURCES
+            .iter()
+            .flat_map(|s| ["legit", "fraud", "null-last", "malformed"].map(|n| (s, n)))
+        {
+            let payload = read_event(&format!("payloads/{name}.json")).unwrap();
+            assert_eq!(
+                body(&format!("{source}/{name}.json")),
+                payload.trim_ascii_end(),
+                "{source}/{name}"
+            );
         }
         // The valid hostile events carry hostile-valid.json's bodies and the labeller's answers.
-        #[derive(Deserialize)]
-        struct Valid {
-            name: String,
-            body: String,
-            expected: String,
-        }
         let text =
             std::fs::read(root().join("local-runner/tests/data/hostile-valid.json")).unwrap();
-        let valid: Vec<Valid> = serde_json::from_slice(&text).unwrap();
+        let valid: Vec<HashMap<String, Value>> = serde_json::from_slice(&text).unwrap();
         let ok: Vec<&Case> =
             cases.iter().filter(|c| c.event.starts_with("hostile/") && c.status == 200).collect();
         for c in &ok {
             let name = c.event["hostile/".len()..].trim_end_matches(".json").replace('-', "_");
             let name = if name == "query_string" { "base".into() } else { name };
-            let v = valid.iter().find(|v| v.name == name).unwrap();
-            let want = Expect::Json(serde_json::from_str(&v.expected).unwrap());
-            assert_eq!(
-                (body(&c.event), &c.expect),
-                (v.body.clone().into_bytes(), &want),
-                "{}",
-                c.event
-            );
+            let v = valid.iter().find(|v| v["name"] == name).unwrap();
+            let want = Expect::Json(serde_json::from_str(v["expected"].as_str().unwrap()).unwrap());
+            let got = (body(&c.event), &c.expect);
+            assert_eq!(got, (v["body"].as_str().unwrap().into(), &want), "{}", c.event);
         }
         assert_eq!(ok.len(), 10);
     }
@@ -269,9 +251,12 @@ mod tests {
     fn tables_and_answers_of_every_encoding_are_read_and_judged() {
         let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\n";
         let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
-        let json = Expect::Json(serde_json::json!({"a": 1}));
-        assert_eq!(expects, [Expect::ErrorAt("x.y".into()), json, Expect::Error]);
+        assert_eq!(
+            expects,
+            [Expect::ErrorAt("x.y".into()), Expect::Json(json!({"a": 1})), Expect::Error]
+        );
         assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
+        assert!(parse_table("event\tstatus\tbody\na.json\t200\n").is_err());
         let v2 = br#"{"statusCode":405,"headers":{"content-type":"application/json","allow":"POST"},"body":"{\"error\":\"method not allowed: use POST\"}","isBase64Encoded":false,"cookies":[]}"#;
         let case = |status, expect| Case { event: "x".into(), status, expect };
         assert_eq!(Answer::parse(v2).unwrap().mismatch(&case(405, Expect::Error)), None);
@@ -282,22 +267,35 @@ mod tests {
         let refused = answer(400, r#"{"error":"merchant: missing field `mcc`"}"#);
         assert_eq!(refused.mismatch(&case(400, Expect::ErrorAt("merchant".into()))), None);
         let wrong = refused.mismatch(&case(400, Expect::ErrorAt("terminal".into()))).unwrap();
-        assert!(
-            wrong.starts_with(r#"x: got 400 Some("application/json") allow None {"error""#),
-            "{wrong}"
-        );
+        let shown = r#"x: got 400 Some("application/json") allow None {"error""#;
+        assert!(wrong.starts_with(shown), "{wrong}");
+        let c = case(200, Expect::Error);
+        assert_eq!(failure(&Err("gone".into()), &c).unwrap(), "x: gone");
     }
 
     #[test]
     fn replayed_answers_and_the_edges_of_the_replay() {
-        let a = answer(200, r#"{"approved":false,"fraud_score":0.6}"#);
-        assert!(matches(&a, false, 0.6) && !matches(&a, true, 0.6) && !matches(&a, false, 0.8));
-        let entry = |expected_fraud_score| {
-            let request = serde_json::value::RawValue::from_string("{}".into()).unwrap();
-            Entry { request, expected_approved: true, expected_fraud_score }
-        };
-        let entries: Vec<Entry> = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0].map(entry).into();
-        let (edges, even) = (spread(&entries, 2, true), spread(&entries, 2, false));
-        assert_eq!((edges, even), (vec![0, 3, 1, 4], vec![0, 3]));
+        let sent = replay(3, false, |_| 2).unwrap();
+        let (event, case): (Value, &Case) =
+            (serde_json::from_slice(&sent[1].0).unwrap(), &sent[1].1);
+        let entry = &util::test_entries().unwrap()[54_100 / 3];
+        assert_eq!(
+            (case.event.as_str(), event["body"].as_str()),
+            ("entry 18033", Some(entry.request.get()))
+        );
+        let mut url: Value =
+            serde_json::from_slice(&read_event("function-url/legit.json").unwrap()).unwrap();
+        url["body"] = event["body"].clone();
+        assert_eq!(event, url);
+        let (approved, score) = (entry.expected_approved, entry.expected_fraud_score);
+        let right = answer(200, &format!(r#"{{"approved":{approved},"fraud_score":{score:?}}}"#));
+        let wrong =
+            answer(200, &format!(r#"{{"approved":{},"fraud_score":{score:?}}}"#, !approved));
+        assert!(right.mismatch(case).is_none() && wrong.mismatch(case).is_some());
+        let scores = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0];
+        assert_eq!(
+            (spread(&scores, 2, true), spread(&scores, 2, false)),
+            (vec![0, 3, 1, 4], vec![0, 3])
+        );
     }
 }

@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<()> {
         None => gate::run(args.ci),
         Some(Command::Build { artifacts_dir }) => {
             let t = Instant::now();
-            let pkg = package::build()?;
+            let pkg = package::build(false)?;
             if let Some(dir) = artifacts_dir {
                 pkg.copy_to(&dir)?;
             }

@@ -46,30 +46,27 @@ fn built_dir() -> PathBuf {
     util::target_dir().join(TRIPLE).join("release")
 }
 
-pub fn build() -> Result<Package> {
-    let reused = reusable_index()?;
+/// The package: built (reusing the workspace build's index when it can), or with `skip_build`
+/// the last build's as it is.
+pub fn build(skip_build: bool) -> Result<Package> {
+    let reuse = util::target_dir().join("lambda-index.idx");
+    let packed = || {
+        util::newest_index_artifact(&built_dir().join("build")).context("no index artifact packed")
+    };
+    let given = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+    if skip_build {
+        return assemble(given.or(reuse.exists().then_some(reuse)).map_or_else(packed, Ok)?);
+    }
+    let reused = match given {
+        Some(given) => Some(given),
+        None => reusable_index(reuse)?,
+    };
     if util::run(&cargo(reused.as_deref())).is_err() {
         ensure!(reused.is_some(), "the bootstrap build failed");
         log!("build failed with the reused index artifact; packing from the references");
         util::run(&cargo(None))?;
     }
-    let packed = || {
-        util::newest_index_artifact(&built_dir().join("build"))
-            .context("the build packed no index artifact")
-    };
     assemble(reused.map_or_else(packed, Ok)?)
-}
-
-/// The package of the last build, as it is (`--skip-build`).
-pub fn existing() -> Result<Package> {
-    let reused = util::target_dir().join("lambda-index.idx");
-    let artifact = match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        Some(given) => PathBuf::from(given),
-        None if reused.exists() => reused,
-        None => util::newest_index_artifact(&built_dir().join("build"))
-            .context("no index artifact: build first")?,
-    };
-    assemble(artifact)
 }
 
 fn cargo(index: Option<&Path>) -> duct::Expression {
@@ -107,11 +104,8 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     })
 }
 
-/// The index artifact to embed, copied to `<target>/lambda-index.idx`, or `None` to pack.
-fn reusable_index() -> Result<Option<PathBuf>> {
-    if let Some(given) = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        return Ok(Some(PathBuf::from(given)));
-    }
+/// The workspace build's index artifact copied to `reuse` (mtime kept), or `None` to pack.
+fn reusable_index(reuse: PathBuf) -> Result<Option<PathBuf>> {
     if std::env::var("LAMBDA_PACK_INDEX").is_ok_and(|v| v == "1") {
         return Ok(None);
     }
@@ -128,7 +122,6 @@ fn reusable_index() -> Result<Option<PathBuf>> {
         log!("not reusing {}: index-pack changed since", artifact.display());
         return Ok(None);
     }
-    let reuse = util::target_dir().join("lambda-index.idx");
     if std::fs::read(&reuse).ok() != Some(std::fs::read(&artifact)?) {
         std::fs::copy(&artifact, &reuse)?;
         std::fs::File::options().write(true).open(&reuse)?.set_modified(packed)?;
