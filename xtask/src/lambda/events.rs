@@ -52,7 +52,7 @@ fn parse_table(text: &str) -> Result<Vec<Case>> {
         let expect = match (body, body.strip_prefix("error:")) {
             ("error", _) => Expect::Error,
             (_, Some(field)) => Expect::ErrorAt(field.to_string()),
-            (b, None) => Expect::Json(serde_json::from_str(b).with_context(|| format!("{event}"))?),
+            (b, None) => Expect::Json(serde_json::from_str(b).with_context(|| event.to_string())?),
         };
         Ok(Case { event: event.into(), status: status.parse()?, expect })
     };
@@ -208,10 +208,9 @@ mod tests {
     #[test]
     fn the_checked_in_events_are_their_tables_and_carry_their_cases() {
         let cases = cases().unwrap();
-        let dirs = std::fs::read_dir(events_dir()).unwrap().flatten().filter(|d| d.path().is_dir());
-        let files = dirs.flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten());
-        let files =
-            files.map(|f| f.path().strip_prefix(events_dir()).unwrap().display().to_string());
+        let listed = |d: PathBuf| std::fs::read_dir(d).unwrap().flatten().map(|e| e.path());
+        let files = listed(events_dir()).filter(|d| d.is_dir()).flat_map(listed);
+        let files = files.map(|f| f.strip_prefix(events_dir()).unwrap().display().to_string());
         let mut files: Vec<String> =
             files.filter(|f| f.ends_with(".json") && !f.starts_with("payloads/")).collect();
         let mut named: Vec<String> = cases.iter().map(|c| c.event.clone()).collect();

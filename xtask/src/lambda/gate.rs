@@ -137,7 +137,9 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     }
     let prefault = g.settings.as_ref().is_some_and(|s| s.prefault);
     let emulated = g.emulated.as_ref().and_then(|e| e.as_ref().ok());
-    let tally = emulated.map(|e| emulator_steps(&mut j, e, g.expected.as_ref(), prefault));
+    let nothing = || (String::new(), timing(f64::NAN, None, Quantiles::default()));
+    let (counts, timing) =
+        emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e, g.expected.as_ref(), prefault));
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {
@@ -148,19 +150,12 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
         }
     }
     let (n, passed) = (j.steps.len(), j.steps.iter().filter(|s| s.ok).count());
-    let mut f = format!("{passed}/{n} steps");
-    if let Some(t) = &tally {
-        let ((ok, n), (replayed, mismatches)) = (t.events, t.replay);
-        f += &format!("; events {ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
-    }
+    let mut f = format!("{passed}/{n} steps{counts}");
     if let Some(r) = &j.logs {
         let (lines, failed) = (r.failure_lines, r.failed_requests);
         f += &format!("; logs: 1 init + {lines} failure lines for {failed} failed requests");
     }
-    let first = tally.as_ref().map_or(f64::NAN, |t| t.first_ms);
-    let init = emulated.and_then(|e| e.session.log.init_report_ms).unwrap_or(f64::NAN);
-    let Quantiles { p50, p99, .. } = tally.map(|t| t.warm).unwrap_or_default();
-    f += &format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms");
+    f += &timing;
     if let Ok(p) = &g.package {
         let (zipped, unzipped, tested) = (mb(p.zipped_bytes), mb(p.unzipped_bytes), &p.sha256);
         f += &format!("; package {zipped:.1} MB zipped, {unzipped:.1} MB unzipped");
@@ -180,17 +175,20 @@ fn show<T>(r: &Result<T>, f: impl FnOnce(&T) -> String) -> String {
     r.as_ref().map_or_else(|e| format!("{e:#}"), f)
 }
 
-/// The emulator run's counts for the figures: events and replay (right, in all), the first
-/// invocation's round trip and the warm `Duration`s.
-struct Tally {
-    events: (usize, usize),
-    replay: (usize, usize),
-    first_ms: f64,
-    warm: Quantiles,
+/// The figures' cold and warm timings.
+fn timing(first: f64, init: Option<f64>, w: Quantiles) -> String {
+    let (init, Quantiles { p50, p99, .. }) = (init.unwrap_or(f64::NAN), w);
+    format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms")
 }
 
-/// The emulator run's steps: first invocation, events, replay, warm timings, memory, the log.
-fn emulator_steps(j: &mut Judged, e: &Emulated, want: Option<&Result<Init>>, pre: bool) -> Tally {
+/// The emulator run's steps (first invocation, events, replay, warm timings, memory, the log)
+/// and its figures: the counts, the timings.
+fn emulator_steps(
+    j: &mut Judged,
+    e: &Emulated,
+    want: Option<&Result<Init>>,
+    pre: bool,
+) -> (String, String) {
     let (s, n) = (&e.session, e.events);
     let failures: Vec<Option<String>> =
         s.answers.iter().zip(&e.cases).map(|(a, c)| events::failure(a, c)).collect();
@@ -242,14 +240,16 @@ fn emulator_steps(j: &mut Judged, e: &Emulated, want: Option<&Result<Init>>, pre
     let result = format!("{init}; {lines} failure lines for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
     j.step("logs", report.problems.is_empty(), result);
     j.logs = Some(report);
-    Tally { events: (events_ok, n), replay: (replayed, mismatches), first_ms, warm: w }
+    let counts =
+        format!("; events {events_ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
+    (counts, timing(first_ms, s.log.init_report_ms, w))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lambda::emulator::Log;
     use crate::lambda::events::{answer, Expect};
+    use crate::lambda::logs::Log;
 
     const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":true,"init_us":12200}}"#;
     const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount"}}"#;

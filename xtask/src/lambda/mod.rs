@@ -1,6 +1,5 @@
-//! `cargo xtask lambda ...`: the Lambda function (docs/LAMBDA.md) built once ([`package`]),
-//! tested under AWS's emulator by the CI gate ([`gate`]) and shipped by `sam build` as the very
-//! binary the tests ran; the instruments are in [`measure`].
+//! `cargo xtask lambda ...` (docs/LAMBDA.md): one build ([`package`]), tested under AWS's emulator
+//! by the CI gate ([`gate`]), shipped by `sam build` as that very binary; instruments: [`measure`].
 
 mod emulator;
 mod events;

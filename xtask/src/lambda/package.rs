@@ -109,15 +109,12 @@ fn reusable_index(reuse: PathBuf) -> Result<Option<PathBuf>> {
     if std::env::var("LAMBDA_PACK_INDEX").is_ok_and(|v| v == "1") {
         return Ok(None);
     }
-    let Some(artifact) = util::newest_index_artifact(&util::target_dir().join("release/build"))
-    else {
-        return Ok(None);
-    };
+    let newest = util::newest_index_artifact(&util::target_dir().join("release/build"));
+    let Some(artifact) = newest else { return Ok(None) };
     // An artifact older than the packer's sources may be in an older format.
     let packed = std::fs::metadata(&artifact)?.modified()?;
-    let root = util::root();
-    if newest_rs(&root.join("index-pack"))?.max(newest_rs(&root.join("function/build.rs"))?)
-        > packed
+    let sources = [util::root().join("index-pack"), util::root().join("function/build.rs")];
+    if sources.iter().map(|p| newest_rs(p)).collect::<Result<Vec<_>>>()?.iter().any(|t| *t > packed)
     {
         log!("not reusing {}: index-pack changed since", artifact.display());
         return Ok(None);
@@ -137,14 +134,9 @@ fn newest_rs(path: &Path) -> Result<SystemTime> {
         let rs = path.extension().is_some_and(|e| e == "rs");
         return Ok(if rs { meta.modified()? } else { SystemTime::UNIX_EPOCH });
     }
-    let mut newest = SystemTime::UNIX_EPOCH;
-    for e in std::fs::read_dir(path)? {
-        let p = e?.path();
-        if p.file_name().is_some_and(|n| n != "target") {
-            newest = newest.max(newest_rs(&p)?);
-        }
-    }
-    Ok(newest)
+    let entries = std::fs::read_dir(path)?.map(|e| Ok(e?.path())).collect::<Result<Vec<_>>>()?;
+    let kept = entries.iter().filter(|p| p.file_name().is_some_and(|n| n != "target"));
+    kept.map(|p| newest_rs(p)).try_fold(SystemTime::UNIX_EPOCH, |t, n| Ok(t.max(n?)))
 }
 
 /// Zips one executable as `bootstrap` (mode 755) with deflate at zlib's default level, as

@@ -43,20 +43,10 @@ const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration
     warm_duration_sum_ms rss_file_mb";
 
 /// One start, or the medians of a mode's starts.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 struct Start {
     mode: Mode,
     v: [f64; 12],
-}
-
-impl Serialize for Start {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(13))?;
-        m.serialize_entry("mode", &self.mode)?;
-        FIGURES.split_whitespace().zip(self.v).try_for_each(|(k, v)| m.serialize_entry(k, &v))?;
-        m.end()
-    }
 }
 
 #[derive(Serialize)]
@@ -67,6 +57,8 @@ struct Summary {
 
 #[derive(Serialize)]
 struct Batch {
+    /// The names of each start's `v`.
+    figures: &'static str,
     date: String,
     loadavg_before: String,
     queries: usize,
@@ -105,7 +97,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
     let (date, bootstrap_sha256) = (util::date(), setup.pkg.sha256.clone());
-    let batch = Batch { date, loadavg_before, queries: QUERIES, bootstrap_sha256, starts, summary };
+    let (names, queries) = (FIGURES, QUERIES);
+    let batch =
+        Batch { figures: names, date, loadavg_before, queries, bootstrap_sha256, starts, summary };
     let table = markdown(&batch);
     println!("{table}");
     if let Some(path) = &a.markdown {
@@ -209,6 +203,7 @@ mod tests {
             (2, 15.0, 81.0)
         );
         let b = Batch {
+            figures: FIGURES,
             date: "2026-11-30".into(),
             loadavg_before: "0.5".into(),
             queries: 100,
