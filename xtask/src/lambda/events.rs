@@ -4,9 +4,7 @@
 use crate::util::{self, root};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The four event sources, each with a `legit.json` in events/<source>/.
@@ -102,26 +100,6 @@ fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
     picked
 }
 
-/// What the function answered, as `lambda_http` encodes it for every event source.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LambdaResponse {
-    status_code: u16,
-    headers: Option<HashMap<String, String>>,
-    multi_value_headers: Option<HashMap<String, Vec<String>>>,
-    body: Option<String>,
-    #[serde(default)]
-    is_base64_encoded: bool,
-}
-
-/// A function error (the runtime's answer when the handler failed).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FunctionError {
-    error_type: String,
-    error_message: String,
-}
-
 /// An HTTP answer, whatever the event source.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
@@ -132,25 +110,34 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// What the function answered, as `lambda_http` encodes it for every event source (headers
+    /// single or multi-valued, the body maybe base64), or the runtime's error.
     pub fn parse(raw: &[u8]) -> Result<Answer> {
-        let r: LambdaResponse = match serde_json::from_slice(raw) {
-            Ok(r) => r,
-            Err(_) => match serde_json::from_slice::<FunctionError>(raw) {
-                Ok(e) => bail!("function error {}: {}", e.error_type, e.error_message),
-                Err(_) => bail!("not a Lambda HTTP answer: {}", String::from_utf8_lossy(raw)),
-            },
+        let shown = || String::from_utf8_lossy(raw).into_owned();
+        let v: Value =
+            serde_json::from_slice(raw).with_context(|| format!("not JSON: {}", shown()))?;
+        if let Some(error) = v["errorType"].as_str() {
+            bail!("function error {error}: {}", v["errorMessage"].as_str().unwrap_or_default());
+        }
+        let status = v["statusCode"]
+            .as_u64()
+            .with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
+        let find = |map: &Value, name: &str| -> Option<Value> {
+            map.as_object()?
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
         };
-        let multi = r.multi_value_headers.unwrap_or_default().into_iter();
-        let multi = multi.filter_map(|(k, v)| Some((k, v.into_iter().next()?)));
-        let headers =
-            multi.chain(r.headers.unwrap_or_default()).map(|(k, v)| (k.to_ascii_lowercase(), v));
-        let mut headers: HashMap<String, String> = headers.collect();
-        let mut body = r.body.unwrap_or_default();
-        if r.is_base64_encoded {
+        let header = |name| {
+            let multi = || find(&v["multiValueHeaders"], name).map(|m| m[0].clone());
+            find(&v["headers"], name).or_else(multi)?.as_str().map(String::from)
+        };
+        let mut body = v["body"].as_str().unwrap_or_default().to_string();
+        if v["isBase64Encoded"] == true {
             body = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body)?)?;
         }
-        let (content_type, allow) = (headers.remove("content-type"), headers.remove("allow"));
-        Ok(Answer { status: r.status_code, content_type, allow, body })
+        let (content_type, allow) = (header("content-type"), header("allow"));
+        Ok(Answer { status: status as u16, content_type, allow, body })
     }
 
     /// Why this answer does not meet `case`, if it does not.
@@ -232,7 +219,7 @@ mod tests {
         // The valid hostile events carry hostile-valid.json's bodies and the labeller's answers.
         let text =
             std::fs::read(root().join("local-runner/tests/data/hostile-valid.json")).unwrap();
-        let valid: Vec<HashMap<String, Value>> = serde_json::from_slice(&text).unwrap();
+        let valid: Vec<Value> = serde_json::from_slice(&text).unwrap();
         let ok: Vec<&Case> =
             cases.iter().filter(|c| c.event.starts_with("hostile/") && c.status == 200).collect();
         for c in &ok {
@@ -262,7 +249,8 @@ mod tests {
         let v1 = br#"{"statusCode":200,"headers":{},"multiValueHeaders":{"Content-Type":["application/json"]},"body":"eyJyZWFkeSI6dHJ1ZX0=","isBase64Encoded":true}"#;
         assert_eq!(Answer::parse(v1).unwrap(), answer(200, r#"{"ready":true}"#));
         let err = Answer::parse(br#"{"errorType":"Runtime.ExitError","errorMessage":"boom"}"#);
-        assert!(err.unwrap_err().to_string().contains("Runtime.ExitError"));
+        assert_eq!(err.unwrap_err().to_string(), "function error Runtime.ExitError: boom");
+        assert!(Answer::parse(b"{}").unwrap_err().to_string().starts_with("not a Lambda HTTP"));
         let refused = answer(400, r#"{"error":"merchant: missing field `mcc`"}"#);
         assert_eq!(refused.mismatch(&case(400, Expect::ErrorAt("merchant".into()))), None);
         let wrong = refused.mismatch(&case(400, Expect::ErrorAt("terminal".into()))).unwrap();

@@ -4,7 +4,7 @@
 use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};
 use anyhow::{bail, ensure, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use yaml_serde::Value;
 
 /// The version the emulator figures and the template checks were taken with.
@@ -32,7 +32,14 @@ impl Tools {
             let pip = "install -q --disable-pip-version-check".split(' ').chain([SAM_CLI]);
             util::run(&duct::cmd(venv.join("bin/pip"), pip).dir(root()))?;
         }
-        let rie = find_rie(&venv)?;
+        // <venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64
+        let lib = venv.join("lib");
+        let dirs = std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))?;
+        let rapid = "site-packages/samcli/local/rapid/aws-lambda-rie-x86_64";
+        let rie = dirs.flatten().map(|d| d.path().join(rapid)).find(|p| p.exists());
+        let venv = venv.display();
+        let rie = rie
+            .with_context(|| format!("no RIE in the SAM CLI of {venv} (remove it to reinstall)"))?;
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&rie)?.permissions().mode();
         if mode & 0o111 == 0 {
@@ -48,9 +55,8 @@ impl Tools {
 
     /// `sam validate --lint` (SAM's schema and cfn-lint); returns its output.
     pub fn validate(&self) -> Result<String> {
-        Ok(util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?
-            .trim()
-            .into())
+        let out = util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?;
+        Ok(out.trim().into())
     }
 
     /// `sam build`: what `sam deploy` uploads. Returns the built bootstrap.
@@ -60,21 +66,6 @@ impl Tools {
         ensure!(built.exists(), "sam build left no {}", built.display());
         Ok(built)
     }
-}
-
-/// `<venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64`.
-fn find_rie(venv: &Path) -> Result<PathBuf> {
-    let lib = venv.join("lib");
-    for entry in std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))? {
-        let rie = entry?.path().join("site-packages/samcli/local/rapid/aws-lambda-rie-x86_64");
-        if rie.exists() {
-            return Ok(rie);
-        }
-    }
-    bail!(
-        "no aws-lambda-rie-x86_64 in the SAM CLI of {} (remove the venv to reinstall)",
-        venv.display()
-    )
 }
 
 fn template() -> Result<Value> {
