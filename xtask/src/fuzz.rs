@@ -82,13 +82,8 @@ pub fn run(args: Args) -> Result<()> {
         Mode::Ci { .. } => ("fuzz ci", None),
         Mode::Long { target, .. } => ("fuzz long", target.clone()),
     };
-    let targets: Vec<String> = match only {
-        Some(t) => vec![t],
-        None => util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?
-            .lines()
-            .map(Into::into)
-            .collect(),
-    };
+    let listed = util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?;
+    let targets = only.map_or_else(|| listed.lines().map(Into::into).collect(), |t| vec![t]);
     let runs =
         targets.iter().map(|t| run_target(nightly, t, &args.mode)).collect::<Result<Vec<_>>>()?;
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)

@@ -32,20 +32,20 @@ pub struct CiArgs {
     no_sam_build: bool,
 }
 
-/// The emulator run and what each answer must be: the first invocation (GET /ready), then
-/// `events` cases of events/, then the replay.
+/// The emulator run, what each answer must be (the first invocation, `events` cases of events/,
+/// the replay) and the init line the log must hold.
 struct Emulated {
     session: Session,
     cases: Vec<Case>,
     events: usize,
+    expected: Result<Init>,
+    settings: Settings,
 }
 
 struct Gathered {
     validate: Result<String>,
     package: Result<Package>,
-    settings: Option<Settings>,
     emulated: Option<Result<Emulated>>,
-    expected: Option<Result<Init>>,
     /// `.aws-sam`'s bootstrap and its SHA-256; `None` when left out.
     sam_build: Option<Result<(PathBuf, String)>>,
 }
@@ -79,8 +79,9 @@ pub fn run(a: CiArgs) -> Result<()> {
     for s in &j.steps {
         log!("{}: {}: {}", if s.ok { "ok" } else { "FAILED" }, s.name, s.result);
     }
-    let package = g.package.as_ref().ok();
-    let detail = serde_json::json!({"steps": j.steps, "settings": g.settings, "package": package, "logs": j.logs});
+    let (package, emulated) = (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
+    let settings = emulated.map(|e| &e.settings);
+    let detail = serde_json::json!({"steps": j.steps, "settings": settings, "package": package, "logs": j.logs});
     util::verdict("lambda", j.steps.iter().all(|s| s.ok), &j.figures, &detail)
 }
 
@@ -88,24 +89,23 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
     let tools = Tools::ensure()?;
     let validate = tools.validate();
     let package = package::build(a.skip_build);
-    let (mut settings, mut emulated, mut expected) = (None, None, None);
+    let mut emulated = None;
     if let Ok(pkg) = &package {
         let d = sam::defaults()?;
         let s = Settings { memory_mb: a.memory_mb.unwrap_or(d.memory_mb), cpus: a.cpus, ..d };
-        emulated = Some(emulate(&tools, pkg, &s, a.replay));
-        (expected, settings) = (Some(logs::expected(&pkg.index_artifact)), Some(s));
+        emulated = Some(emulate(&tools, pkg, s, a.replay));
     }
     let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
     if a.no_sam_build {
         log!("sam build: left out (--no-sam-build)");
     }
     let sam_build = (!a.no_sam_build).then(built);
-    Ok(Gathered { validate, package, settings, emulated, expected, sam_build })
+    Ok(Gathered { validate, package, emulated, sam_build })
 }
 
 /// The first invocation, every event of events/, then `n` replayed payloads in turn in the four
 /// formats.
-fn emulate(tools: &Tools, pkg: &Package, s: &Settings, n: usize) -> Result<Emulated> {
+fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
     let mut sent = vec![events::ready("apigw-v2")?];
     for case in events::cases()? {
         sent.push((events::read_event(&case.event)?, case));
@@ -114,8 +114,9 @@ fn emulate(tools: &Tools, pkg: &Package, s: &Settings, n: usize) -> Result<Emula
     sent.extend(events::replay(n, true, |k| k)?);
     let log = util::xtask_dir("lambda")?.join("rie.log");
     let (bodies, cases): (Vec<_>, _) = sent.into_iter().unzip();
-    let session = emulator::session(&tools.rie, &pkg.dir, s, log, &bodies)?;
-    Ok(Emulated { session, cases, events })
+    let session = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
+    let expected = logs::expected(&pkg.index_artifact);
+    Ok(Emulated { session, cases, events, expected, settings })
 }
 
 fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
@@ -135,11 +136,10 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     if let Some(Err(e)) = &g.emulated {
         j.step("emulator run", false, format!("{e:#}"));
     }
-    let prefault = g.settings.as_ref().is_some_and(|s| s.prefault);
     let emulated = g.emulated.as_ref().and_then(|e| e.as_ref().ok());
     let nothing = || (String::new(), timing(f64::NAN, None, Quantiles::default()));
     let (counts, timing) =
-        emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e, g.expected.as_ref(), prefault));
+        emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e));
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {
@@ -183,12 +183,7 @@ fn timing(first: f64, init: Option<f64>, w: Quantiles) -> String {
 
 /// The emulator run's steps (first invocation, events, replay, warm timings, memory, the log)
 /// and its figures: the counts, the timings.
-fn emulator_steps(
-    j: &mut Judged,
-    e: &Emulated,
-    want: Option<&Result<Init>>,
-    pre: bool,
-) -> (String, String) {
+fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
     let (s, n) = (&e.session, e.events);
     let failures: Vec<Option<String>> =
         s.answers.iter().zip(&e.cases).map(|(a, c)| events::failure(a, c)).collect();
@@ -223,12 +218,9 @@ fn emulator_steps(
         let memory = format!("peak RSS {peak:.1} MB (anon {anon:.1} MB, file-backed {file:.1} MB)");
         j.step("bootstrap memory after the replay", true, memory);
     }
-    let report = match want {
-        Some(Ok(want)) => logs::check(&s.log, &statuses, want, pre),
-        Some(Err(err)) => {
-            logs::Report::problem(format!("cannot read the embedded artifact: {err:#}"))
-        }
-        None => logs::Report::problem("no embedded artifact".into()),
+    let report = match &e.expected {
+        Ok(want) => logs::check(&s.log, &statuses, want, e.settings.prefault),
+        Err(err) => logs::Report::problem(format!("cannot read the embedded artifact: {err:#}")),
     };
     let init = report.init.as_ref().map_or("no init line".to_string(), |i| {
         let Init { kernels, codec, index_source_sha256: sha, artifact_crc32: crc, init_us, .. } = i;
@@ -279,13 +271,12 @@ mod tests {
         let answers = bodies.iter().zip(rtts).map(|((s, b), r)| Ok((answer(*s, b), r))).collect();
         let session =
             Session { launch_to_first_ms: 20.0, answers, memory: None, log: Log::parse(&log) };
-        let expected = Log::parse(INIT).lines[0].typed().unwrap();
+        let expected = Ok(Log::parse(INIT).lines[0].typed().unwrap());
+        let settings = Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None };
         Gathered {
             validate: Ok("template.yaml is a valid SAM Template".into()),
             package: Ok(package),
-            settings: Some(Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None }),
-            emulated: Some(Ok(Emulated { session, cases, events: 1 })),
-            expected: Some(Ok(expected)),
+            emulated: Some(Ok(Emulated { session, cases, events: 1, expected, settings })),
             sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
         }
     }

@@ -5,7 +5,7 @@
 
 use super::super::events::{self, Answer};
 use super::super::sam::{Tools, FUNCTION};
-use crate::util::{self, cmd, log, ScratchImage};
+use crate::util::{self, log, ScratchImage};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -14,24 +14,13 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args)]
 pub struct Args {
     /// Events to invoke (paths below events/).
-    #[arg(default_values_t = [
-        "apigw-v2/legit.json".to_string(),
-        "apigw-v2/fraud.json".to_string(),
-        "function-url/malformed.json".to_string(),
-        "alb/ready.json".to_string(),
-    ])]
+    #[arg(default_values = ["apigw-v2/legit.json", "apigw-v2/fraud.json", "function-url/malformed.json", "alb/ready.json"])]
     events: Vec<String>,
-    /// Pull AWS's base image (needs a registry that answers) instead of the stand-in.
-    #[arg(long)]
-    pull_base: bool,
 }
 
-/// The stand-in's tag, and AWS's public base image of provided.al2023 on x86_64.
+/// The stand-in's tag, and what `sam local invoke|start-api` are told of it (never pulled).
 const STAND_IN: &str = "fraud-lambda-base:local";
-const PUBLIC: &str = "public.ecr.aws/lambda/provided:al2023-x86_64";
-/// What `sam local invoke|start-api` are told of the base image unless `--pull-base` (sam's
-/// default, AWS's image pulled): the stand-in, never pulled.
-const STAND_IN_ARGS: [&str; 3] = ["--skip-pull-image", "--invoke-image", STAND_IN];
+const BASE: [&str; 3] = ["--skip-pull-image", "--invoke-image", STAND_IN];
 
 #[derive(Serialize)]
 struct Invoked {
@@ -44,12 +33,7 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     let tools = Tools::ensure()?;
     util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
-    let base: &[&str] = if a.pull_base { &[] } else { &STAND_IN_ARGS };
-    match a.pull_base {
-        true => util::run(&cmd!("docker", "pull", PUBLIC))
-            .context("--pull-base: no registry answers; leave it out to use the stand-in")?,
-        false => stand_in_image()?,
-    }
+    stand_in_image()?;
     let sha = util::sha256_file(&tools.build()?)?;
     let (cases, log) = (events::cases()?, util::xtask_dir("lambda")?.join("sam-local.log"));
     let mut results = Vec::new();
@@ -58,7 +42,7 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("{event} is not in events/expected.tsv"))?;
         let path = events::events_dir().join(event).display().to_string();
         let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
-        let args = [&fixed[..], base, &["--event", &path]].concat();
+        let args = [&fixed[..], &BASE, &["--event", &path]].concat();
         let out = util::read(&tools.sam(&args).stderr_path(&log));
         let (ok, detail) = match out.and_then(|out| Answer::parse(out.trim().as_bytes())) {
             Ok(a) => {
@@ -73,7 +57,7 @@ pub fn run(a: Args) -> Result<()> {
         results.push(Invoked { event: event.clone(), ok, detail });
     }
     let (passed, n) = (results.iter().filter(|r| r.ok).count(), results.len());
-    let api = start_api(&tools, base);
+    let api = start_api(&tools);
     let api_ok = api.is_ok();
     let api = api.unwrap_or_else(|e| format!("FAILED: {e:#}"));
     let s = t.elapsed().as_secs_f64();
@@ -84,7 +68,7 @@ pub fn run(a: Args) -> Result<()> {
 
 /// `sam local start-api` on a free loopback port with the built template plus two HttpApi
 /// events: `GET /ready` must answer 200, a `POST /fraud-score` 200 with a decision.
-fn start_api(tools: &Tools, base: &[&str]) -> Result<String> {
+fn start_api(tools: &Tools) -> Result<String> {
     let build = util::root().join(".aws-sam/build");
     let mut t: yaml_serde::Value =
         yaml_serde::from_str(&std::fs::read_to_string(build.join("template.yaml"))?)?;
@@ -95,7 +79,7 @@ fn start_api(tools: &Tools, base: &[&str]) -> Result<String> {
     std::fs::write(&template, yaml_serde::to_string(&t)?)?;
     let port = super::super::emulator::free_port()?.port().to_string();
     let fixed = ["local", "start-api", "--host", "127.0.0.1", "--port", &port, "--template"];
-    let args = [&fixed[..], &[template.to_str().context("path")?], base].concat();
+    let args = [&fixed[..], &[template.to_str().context("path")?], &BASE].concat();
     let log = util::xtask_dir("lambda")?.join("start-api.log");
     let sam = util::to_log(tools.sam(&args), &log).unchecked().start()?;
     let (agent, url) =
