@@ -29,7 +29,8 @@ pub fn run() -> Result<()> {
         // The median in nanoseconds.
         let e: serde_json::Value = serde_json::from_str(&text)?;
         let median = e["median"]["point_estimate"].as_f64();
-        Ok(median.with_context(|| format!("{} is not criterion's estimates", path.display()))? / 1e3)
+        Ok(median.with_context(|| format!("{} is not criterion's estimates", path.display()))?
+            / 1e3)
     };
     let rows = rows(&NAMES.into_iter().map(median_us).collect::<Result<Vec<_>>>()?);
     let figures = util::list(&rows, |r| {

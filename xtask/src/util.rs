@@ -28,7 +28,8 @@ pub fn root() -> PathBuf {
 pub fn target_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let json = cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null().read();
+        let json =
+            cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null().read();
         let meta: Option<serde_json::Value> = json.ok().and_then(|j| serde_json::from_str(&j).ok());
         let dir = meta.and_then(|m| Some(PathBuf::from(m["target_directory"].as_str()?)));
         dir.unwrap_or_else(|| root().join("target"))

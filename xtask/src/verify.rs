@@ -158,12 +158,10 @@ mod tests {
             |g| g.neighbours.ties_across_fifth = 0,
             |g| g.hostile_current = false,
         ];
-        for broken in breaks.map(|f| {
+        for f in breaks {
             let mut g = gathered();
             f(&mut g);
-            g
-        }) {
-            assert!(!judge(&broken));
+            assert!(!judge(&g));
         }
         let stale = Gathered { hostile_current: false, ..gathered() };
         assert!(figures(&stale).ends_with("hostile cases STALE"));

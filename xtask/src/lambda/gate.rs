@@ -79,7 +79,8 @@ pub fn run(a: CiArgs) -> Result<()> {
     for s in &j.steps {
         log!("{}: {}: {}", if s.ok { "ok" } else { "FAILED" }, s.name, s.result);
     }
-    let (package, emulated) = (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
+    let (package, emulated) =
+        (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
     let settings = emulated.map(|e| &e.settings);
     let detail = serde_json::json!({"steps": j.steps, "settings": settings, "package": package, "logs": j.logs});
     util::verdict("lambda", j.steps.iter().all(|s| s.ok), &j.figures, &detail)
@@ -138,8 +139,7 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     }
     let emulated = g.emulated.as_ref().and_then(|e| e.as_ref().ok());
     let nothing = || (String::new(), timing(f64::NAN, None, Quantiles::default()));
-    let (counts, timing) =
-        emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e));
+    let (counts, timing) = emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e));
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {

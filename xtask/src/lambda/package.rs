@@ -57,10 +57,7 @@ pub fn build(skip_build: bool) -> Result<Package> {
     if skip_build {
         return assemble(given.or(reuse.exists().then_some(reuse)).map_or_else(packed, Ok)?);
     }
-    let reused = match given {
-        Some(given) => Some(given),
-        None => reusable_index(reuse)?,
-    };
+    let reused = if given.is_some() { given } else { reusable_index(reuse)? };
     if util::run(&cargo(reused.as_deref())).is_err() {
         ensure!(reused.is_some(), "the bootstrap build failed");
         log!("build failed with the reused index artifact; packing from the references");
@@ -91,8 +88,13 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
     std::fs::copy(&built, &bootstrap)?;
+    // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
     let zip = package_dir.join("bootstrap.zip");
-    write_zip(&bootstrap, &zip)?;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
+    let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+    z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
+    z.write_all(&std::fs::read(&bootstrap)?)?;
+    z.finish()?;
     Ok(Package {
         sha256: util::sha256_file(&bootstrap)?,
         zipped_bytes: std::fs::metadata(&zip)?.len(),
@@ -137,18 +139,4 @@ fn newest_rs(path: &Path) -> Result<SystemTime> {
     let entries = std::fs::read_dir(path)?.map(|e| Ok(e?.path())).collect::<Result<Vec<_>>>()?;
     let kept = entries.iter().filter(|p| p.file_name().is_some_and(|n| n != "target"));
     kept.map(|p| newest_rs(p)).try_fold(SystemTime::UNIX_EPOCH, |t, n| Ok(t.max(n?)))
-}
-
-/// Zips one executable as `bootstrap` (mode 755) with deflate at zlib's default level, as
-/// `sam deploy` packages it.
-fn write_zip(exe: &Path, zip_path: &Path) -> Result<()> {
-    use zip::write::SimpleFileOptions;
-    let mut z = zip::ZipWriter::new(std::fs::File::create(zip_path)?);
-    let options = SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .unix_permissions(0o755);
-    z.start_file("bootstrap", options)?;
-    z.write_all(&std::fs::read(exe)?)?;
-    z.finish()?;
-    Ok(())
 }
