@@ -220,7 +220,10 @@ fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
     }
     let report = match &e.expected {
         Ok(want) => logs::check(&s.log, &statuses, want, e.settings.prefault),
-        Err(err) => logs::Report::problem(format!("cannot read the embedded artifact: {err:#}")),
+        Err(err) => {
+            let problems = vec![format!("cannot read the embedded artifact: {err:#}")];
+            logs::Report { problems, ..logs::Report::default() }
+        }
     };
     let init = report.init.as_ref().map_or("no init line".to_string(), |i| {
         let Init { kernels, codec, index_source_sha256: sha, artifact_crc32: crc, init_us, .. } = i;

@@ -131,14 +131,8 @@ pub struct Report {
     pub failed_requests: usize,
     pub bad_requests: usize,
     /// The closing line was there (last).
-    closing_line: bool,
+    pub closing_line: bool,
     pub problems: Vec<String>,
-}
-
-impl Report {
-    pub fn problem(p: String) -> Report {
-        Report { problems: vec![p], ..Report::default() }
-    }
 }
 
 /// Checks the log of a run whose invocations answered `statuses`, in order.
