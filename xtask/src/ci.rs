@@ -14,11 +14,10 @@ pub struct Args {
     only: Option<String>,
 }
 
-/// What runs a step.
+/// What runs a step: cargo, or this binary again (`cargo xtask <args>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Program {
     Cargo,
-    /// This binary again (`cargo xtask <args>`).
     Xtask,
 }
 
@@ -27,10 +26,9 @@ struct Step {
     name: &'static str,
     program: Program,
     args: Vec<String>,
-    /// The step builds `function` with other features or for another target: it embeds the
-    /// index the workspace build packed (build.rs checks it) instead of packing 3M references
-    /// again. The workspace's own steps leave the variable alone: setting it would rerun the
-    /// build script and rebuild every crate above it.
+    /// The step builds `function` with other features or for another target: it embeds the index
+    /// the workspace build packed instead of packing 3M references again (the workspace's own
+    /// steps leave it alone: setting it would rebuild every crate above the build script).
     reuse_index: bool,
 }
 
@@ -88,27 +86,20 @@ pub fn run(args: Args) -> Result<()> {
         .filter(|s| args.only.as_deref().is_none_or(|o| s.name.contains(o)))
     {
         log!("== ci: {} ==", step.name);
-        let e = match step.program {
-            Program::Cargo => duct::cmd("cargo", &step.args),
-            Program::Xtask => duct::cmd(&me, &step.args),
-        };
-        let mut e = e.dir(util::root());
+        let program = if step.program == Program::Cargo { "cargo".into() } else { me.clone() };
+        let mut e = duct::cmd(program, &step.args).dir(util::root());
         // The newest index a release build of the workspace packed, unless the caller chose one.
         let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
         let packed = || util::newest_index_artifact(&util::target_dir().join("release/build"));
         if let Some(artifact) = (step.reuse_index && !chosen).then(packed).flatten() {
             e = e.env("FRAUD_INDEX_ARTIFACT_IN", artifact);
         }
-        let t = Instant::now();
-        let result = e.run();
+        let (t, result) = (Instant::now(), e.run());
         if let Err(err) = &result {
             log!("ci: {} failed: {err}", step.name);
         }
-        done.push(Outcome {
-            name: step.name,
-            passed: result.is_ok(),
-            seconds: t.elapsed().as_secs_f64(),
-        });
+        let (name, passed, seconds) = (step.name, result.is_ok(), t.elapsed().as_secs_f64());
+        done.push(Outcome { name, passed, seconds });
     }
     let passed = done.iter().all(|s| s.passed);
     util::verdict("ci", passed, &figures(&done, started.elapsed().as_secs_f64()), &done)

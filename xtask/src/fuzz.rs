@@ -13,16 +13,17 @@ pub struct Args {
     mode: Mode,
 }
 
-#[derive(clap::Subcommand)]
+#[derive(clap::Subcommand, Clone, Debug, PartialEq)]
 enum Mode {
-    /// Every committed seed, then a fixed number of mutations per target with seed 1 (what CI
-    /// runs).
+    /// Every committed seed, then a fixed number of mutations per target with seed 1, from an
+    /// empty working corpus (what CI runs).
     Ci {
         /// Executions per target after the seeds.
         #[arg(long, env = "FUZZ_CI_RUNS", default_value_t = 20_000)]
         runs: u64,
     },
-    /// Every target (or one) for a long time, one after the other, on one CPU at nice 10.
+    /// Every target (or one) for a long time, one after the other, on one CPU at nice 10,
+    /// growing its working corpus `fuzz/work/<target>`.
     Long {
         /// Seconds per target.
         #[arg(default_value_t = 1800)]
@@ -35,15 +36,6 @@ enum Mode {
     },
     /// Build the targets only.
     Build,
-}
-
-/// How long a target runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Budget {
-    /// A fixed number of executions after the seeds, seed 1, from an empty working corpus.
-    Runs(u64),
-    /// A time limit, growing the target's working corpus `fuzz/work/<target>`.
-    Seconds(u64),
 }
 
 /// How one target's run went, from libFuzzer's final statistics.
@@ -85,37 +77,31 @@ pub fn run(args: Args) -> Result<()> {
     let t = Instant::now();
     util::run(&cargo_fuzz(nightly, &[], &["build".into()]))?;
     log!("fuzz: build took {:.0} s", t.elapsed().as_secs_f64());
-    let (budget, only, pin, name) = match args.mode {
+    let (name, only) = match &args.mode {
         Mode::Build => return util::verdict("fuzz build", true, "", &toolchain),
-        Mode::Ci { runs } => (Budget::Runs(runs), None, None, "fuzz ci"),
-        Mode::Long { seconds, target, cpu } => {
-            (Budget::Seconds(seconds), target, Some(cpu), "fuzz long")
-        }
+        Mode::Ci { .. } => ("fuzz ci", None),
+        Mode::Long { target, .. } => ("fuzz long", target.clone()),
     };
-    let targets: Vec<String> = match only {
-        Some(t) => vec![t],
-        None => util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?
-            .lines()
-            .map(Into::into)
-            .collect(),
-    };
+    let listed = util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?;
+    let targets = only.map_or_else(|| listed.lines().map(Into::into).collect(), |t| vec![t]);
     let runs =
-        targets.iter().map(|t| run_target(nightly, t, budget, pin)).collect::<Result<Vec<_>>>()?;
+        targets.iter().map(|t| run_target(nightly, t, &args.mode)).collect::<Result<Vec<_>>>()?;
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)
 }
 
 /// libFuzzer's options for `target`: the budget, limits, final statistics, and the target's
 /// dictionary and input length where `fuzz/` has them.
-fn libfuzzer_args(target: &str, budget: Budget, dict: bool, max_len: Option<&str>) -> Vec<String> {
+fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) -> Vec<String> {
     // libFuzzer executes every seed before it counts mutations toward `-runs`.
-    let mut a = vec![match budget {
-        Budget::Runs(n) => format!("-runs={n}"),
-        Budget::Seconds(t) => format!("-max_total_time={t}"),
+    let mut a = vec![match mode {
+        Mode::Ci { runs } => format!("-runs={runs}"),
+        Mode::Long { seconds, .. } => format!("-max_total_time={seconds}"),
+        Mode::Build => unreachable!("a build runs no target"),
     }];
     a.extend(["-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"].map(String::from));
     a.push(format!("-artifact_prefix=artifacts/{target}/"));
     a.extend(dict.then(|| format!("-dict=dict/{target}.dict")));
-    if let Budget::Runs(_) = budget {
+    if let Mode::Ci { .. } = mode {
         // `-use_cmp=0`: the operands libFuzzer records from comparisons include clock readings
         // and heap addresses, which made two runs with the same seed mutate differently; without
         // them the same count of runs executes the same inputs on any machine.
@@ -131,13 +117,13 @@ fn stat(log: &str, key: &str) -> Option<u64> {
     log.lines().rev().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
 }
 
-fn run_target(nightly: bool, target: &str, budget: Budget, pin: Option<u32>) -> Result<TargetRun> {
+fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
     let dir = util::root().join("fuzz");
-    let (work, backstop) = match budget {
-        Budget::Runs(_) => (format!("work/ci-{target}"), 3600),
-        Budget::Seconds(t) => (format!("work/{target}"), t + 300),
+    let (work, backstop, pin) = match mode {
+        Mode::Long { seconds, cpu, .. } => (format!("work/{target}"), seconds + 300, Some(cpu)),
+        _ => (format!("work/ci-{target}"), 3600, None),
     };
-    if let Budget::Runs(_) = budget {
+    if pin.is_none() {
         // What an earlier run found must not change what this one executes.
         let _ = std::fs::remove_dir_all(dir.join(&work));
     }
@@ -147,7 +133,7 @@ fn run_target(nightly: bool, target: &str, budget: Budget, pin: Option<u32>) -> 
     }
     let max_len = std::fs::read_to_string(dir.join(format!("options/{target}.max_len"))).ok();
     let dict = dir.join(format!("dict/{target}.dict")).exists();
-    let lib_args = libfuzzer_args(target, budget, dict, max_len.as_deref());
+    let lib_args = libfuzzer_args(target, mode, dict, max_len.as_deref());
     // Long runs stay on one core at low priority; a backstop `timeout` ends a fuzzer that stops
     // reporting (libFuzzer itself stops at its budget).
     let mut wrapper = vec!["timeout".to_string(), backstop.to_string()];
@@ -207,12 +193,13 @@ mod tests {
 
     #[test]
     fn ci_runs_are_fixed_and_seeded_long_runs_timed() {
-        let ci = libfuzzer_args("http", Budget::Runs(20_000), true, Some("4096\n"));
+        let ci = libfuzzer_args("http", &Mode::Ci { runs: 20_000 }, true, Some("4096\n"));
         assert_eq!((ci[0].as_str(), ci.last().unwrap().as_str()), ("-runs=20000", "-max_len=4096"));
         assert!(["-seed=1", "-use_cmp=0", "-dict=dict/http.dict"]
             .iter()
             .all(|a| ci.contains(&a.to_string())));
-        let long = libfuzzer_args("index", Budget::Seconds(1800), false, None);
+        let mode = Mode::Long { seconds: 1800, target: None, cpu: 0 };
+        let long = libfuzzer_args("index", &mode, false, None);
         assert_eq!(long[0], "-max_total_time=1800");
         assert!(!long.iter().any(|a| a.starts_with("-seed") || a.starts_with("-dict")));
         assert!(long.contains(&"-artifact_prefix=artifacts/index/".into()));

@@ -1,10 +1,7 @@
-//! `cargo xtask`: the fraud scorer's harness (the alias is in `.cargo/config.toml`). Every
-//! command prints progress on stderr and ends with one verdict line (`<command>: PASS|FAIL
-//! <figures>`), also written as JSON under `<target>/xtask/` (`CARGO_TARGET_DIR` honoured).
-//!
-//! Layout: [`util`] holds the shared helpers and imports nothing of the harness; each command
-//! module imports only `util` and its own children. The instruments CI never runs (`bench`,
-//! `lambda::measure`, `stack::measure`) sit apart from the gates.
+//! `cargo xtask` (alias in `.cargo/config.toml`): every command logs on stderr and ends with one
+//! verdict line (`<command>: PASS|FAIL <figures>`), also kept as JSON under `<target>/xtask/`.
+//! [`util`] imports nothing of the harness; each command module only `util` and its children;
+//! the instruments CI never runs (`bench`, `lambda::measure`, `stack::measure`) sit apart.
 
 mod bench;
 mod ci;

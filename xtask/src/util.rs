@@ -28,14 +28,11 @@ pub fn root() -> PathBuf {
 pub fn target_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        #[derive(Deserialize)]
-        struct Metadata {
-            target_directory: PathBuf,
-        }
         let json =
             cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null().read();
-        let meta = json.ok().and_then(|j| serde_json::from_str(&j).ok());
-        meta.map_or_else(|| root().join("target"), |m: Metadata| m.target_directory)
+        let meta: Option<serde_json::Value> = json.ok().and_then(|j| serde_json::from_str(&j).ok());
+        let dir = meta.and_then(|m| Some(PathBuf::from(m["target_directory"].as_str()?)));
+        dir.unwrap_or_else(|| root().join("target"))
     })
 }
 
@@ -56,8 +53,7 @@ pub fn read(e: &duct::Expression) -> Result<String> {
     e.read().with_context(|| format!("running {e:?}"))
 }
 
-/// `e` with stdout and stderr both written to `log` (duct applies redirections from the outside
-/// in, so stderr follows stdout into the file only in this order).
+/// `e` with stdout and stderr both written to `log` (duct redirects from the outside in).
 pub fn to_log(e: duct::Expression, log: &Path) -> duct::Expression {
     e.stderr_to_stdout().stdout_path(log)
 }
@@ -142,8 +138,8 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Asks `probe` every `every` until it gives a value (`Ok(Ok(v))`); `Ok(Err(state))` is "not
-/// yet" and, after `limit`, the failure names `what` and the last state; `Err` fails at once.
+/// Asks `probe` every `every` until `Ok(Ok(v))`; `Ok(Err(state))` is "not yet" (after `limit` a
+/// failure naming `what` and the last state); `Err` fails at once.
 pub fn poll<T>(
     what: &str,
     limit: Duration,
@@ -190,8 +186,7 @@ pub fn docker_usable() -> Result<()> {
 /// The one target triple of the static builds (the contest's and Lambda's x86-64 Linux).
 pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
-/// The newest index artifact a build of `function` packed below a `build/` directory
-/// (`function-*/out/fraud-index.idx`).
+/// The newest index artifact `function`'s build script packed below a `build/` directory.
 pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
     let dirs = std::fs::read_dir(build).ok()?.filter_map(|e| e.ok());
     let dirs = dirs.filter(|e| e.file_name().to_string_lossy().starts_with("function-"));
@@ -221,9 +216,8 @@ enum Node {
     Link(String),
 }
 
-/// The root file system of a `FROM scratch` image, written as one tar archive: numeric owner 0,
-/// mtime 0 and sorted entries (an unchanged image is a cache hit for docker), every parent
-/// directory present (mode 755 unless given).
+/// The root file system of a `FROM scratch` image as one tar: owner 0, mtime 0, sorted entries (an
+/// unchanged image is a docker cache hit), every parent directory present (mode 755 unless given).
 #[derive(Default)]
 pub struct ScratchImage(BTreeMap<String, Node>);
 
@@ -331,9 +325,8 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Ends a command: prints `<name>: PASS|FAIL <figures>` (figures last, so that a CI log can be
-/// grepped for them), writes the same with `detail` to `<target>/xtask/<name>.json` (spaces
-/// become dashes), and returns an error on a failure (so the process exits non-zero).
+/// Ends a command: prints `<name>: PASS|FAIL <figures>` (a CI log is grepped for it), writes it
+/// with `detail` to `<target>/xtask/<name>.json` and fails on a failure (a non-zero exit).
 pub fn verdict(name: &str, passed: bool, figures: &str, detail: &impl Serialize) -> Result<()> {
     let path = xtask_dir("")?.join(format!("{}.json", name.replace(' ', "-")));
     let record = serde_json::json!({"command": name, "passed": passed, "figures": figures, "detail": detail});
@@ -430,12 +423,8 @@ mod tests {
         run(&to_log(duct::cmd!("sh", "-c", "echo out; echo err >&2"), &log)).unwrap();
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
         std::fs::remove_file(log).unwrap();
-        #[derive(Deserialize)]
-        struct A {
-            a: u32,
-        }
-        assert_eq!(last_json::<A>("progress\n{\"a\": 7}", "x").unwrap().a, 7);
-        assert!(last_json::<A>("", "x").is_err());
+        assert_eq!(last_json::<serde_json::Value>("progress\n{\"a\": 7}", "x").unwrap()["a"], 7);
+        assert!(last_json::<u32>("", "x").is_err() && last_json::<u32>("{}", "x").is_err());
         let me = std::env::current_exe().unwrap();
         let why = check_static_x86_64(&me).map_or_else(|e| e.to_string(), |_| "static".into());
         assert!(why == "static" || why.contains("dynamically linked"), "{why}");

@@ -66,20 +66,22 @@ pub fn run() -> Result<()> {
 fn gather() -> Result<Gathered> {
     util::run(&cmd!("cargo", "build", "--release", "-p", "local-runner", "-p", "labeller"))?;
     let release = util::target_dir().join("release");
-    let local_runner = release.join("local-runner");
+    let local_runner = |args: String| -> Result<_> {
+        let out = util::read(
+            &duct::cmd(release.join("local-runner"), args.split(' ')).dir(util::root()),
+        )?;
+        Ok((out, format!("local-runner {args}")))
+    };
     log!("answers: the {PUBLIC} public payloads through the handler");
     let t = Instant::now();
-    let out = util::read(&cmd!(&local_runner, "verify", TEST_SET))?;
-    let answers = util::last_json(&out, "local-runner verify")?;
-    let answers_wall_s = t.elapsed().as_secs_f64();
+    let (out, what) = local_runner(format!("verify {TEST_SET}"))?;
+    let (answers, answers_wall_s) = (util::last_json(&out, &what)?, t.elapsed().as_secs_f64());
     log!("answers: the {} payloads of {} through the handler", FINAL.1, FINAL.0);
-    let out = util::read(&cmd!(&local_runner, "verify", FINAL.0))?;
-    let final_answers = util::last_json(&out, "local-runner verify (final set)")?;
+    let (out, what) = local_runner(format!("verify {}", FINAL.0))?;
+    let final_answers = util::last_json(&out, &what)?;
     log!("neighbours: the embedded index's search against the labeller");
-    let argv = format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}");
-    let argv = argv.split(' ');
-    let out = util::read(&duct::cmd(&local_runner, argv).dir(util::root()))?;
-    let neighbours = util::last_json(&out, "local-runner verify --neighbours")?;
+    let (out, what) = local_runner(format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}"))?;
+    let neighbours = util::last_json(&out, &what)?;
     log!("hostile cases: recorded answers against the labeller");
     let check = cmd!(release.join("labeller"), "relabel", "--check", HOSTILE).unchecked().run();
     let hostile_current = check?.status.success();
@@ -156,12 +158,10 @@ mod tests {
             |g| g.neighbours.ties_across_fifth = 0,
             |g| g.hostile_current = false,
         ];
-        for broken in breaks.map(|f| {
+        for f in breaks {
             let mut g = gathered();
             f(&mut g);
-            g
-        }) {
-            assert!(!judge(&broken));
+            assert!(!judge(&g));
         }
         let stale = Gathered { hostile_current: false, ..gathered() };
         assert!(figures(&stale).ends_with("hostile cases STALE"));

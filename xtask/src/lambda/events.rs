@@ -1,16 +1,14 @@
 //! The cases the function is held to: every event of events/ against its expected.tsv (status,
 //! then a JSON body, `error`, or `error:<field>`), and public payloads in the four event formats.
 
-use crate::util::{self, root, Entry};
+use crate::util::{self, root};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use serde::Deserialize;
-use serde_json::Value;
-use std::collections::HashMap;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 
 /// The four event sources, each with a `legit.json` in events/<source>/.
-pub const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];
+const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];
 
 pub fn events_dir() -> PathBuf {
     root().join("events")
@@ -32,7 +30,7 @@ pub enum Expect {
     ErrorAt(String),
 }
 
-/// One event file (path below events/) and its expected answer.
+/// One event (a file below events/, or what a replayed entry is named) and its expected answer.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub event: String,
@@ -40,28 +38,23 @@ pub struct Case {
     pub expect: Expect,
 }
 
-/// Reads an expected.tsv (`event<TAB>status<TAB>body`).
-pub fn parse_table(text: &str) -> Result<Vec<Case>> {
-    #[derive(Deserialize)]
-    struct Row {
-        event: String,
-        status: u16,
-        body: String,
-    }
-    let mut reader =
-        csv::ReaderBuilder::new().delimiter(b'\t').quoting(false).from_reader(text.as_bytes());
-    let case = |row: Result<Row, csv::Error>| -> Result<Case> {
-        let Row { event, status, body } = row?;
-        let expect = match (body.as_str(), body.strip_prefix("error:")) {
+/// An event to send and the case its answer is held to.
+pub type Sent = (Vec<u8>, Case);
+
+/// Reads an expected.tsv (`event<TAB>status<TAB>body`, a header line first).
+fn parse_table(text: &str) -> Result<Vec<Case>> {
+    let case = |line: &str| -> Result<Case> {
+        let [event, status, body] = line.splitn(3, '\t').collect::<Vec<_>>()[..] else {
+            bail!("not event<TAB>status<TAB>body: {line:?}")
+        };
+        let expect = match (body, body.strip_prefix("error:")) {
             ("error", _) => Expect::Error,
             (_, Some(field)) => Expect::ErrorAt(field.to_string()),
-            (b, None) => {
-                Expect::Json(serde_json::from_str(b).with_context(|| format!("{event}: body"))?)
-            }
+            (b, None) => Expect::Json(serde_json::from_str(b).with_context(|| event.to_string())?),
         };
-        Ok(Case { event, status, expect })
+        Ok(Case { event: event.into(), status: status.parse()?, expect })
     };
-    reader.deserialize().map(case).collect()
+    text.lines().skip(1).filter(|l| !l.is_empty()).map(case).collect()
 }
 
 /// Every case of events/expected.tsv, then of events/hostile/expected.tsv.
@@ -73,24 +66,38 @@ pub fn cases() -> Result<Vec<Case>> {
     Ok(tables.into_iter().collect::<Result<Vec<_>>>()?.concat())
 }
 
-/// What the function answered, as `lambda_http` encodes it for every event source.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LambdaResponse {
-    status_code: u16,
-    headers: Option<HashMap<String, String>>,
-    multi_value_headers: Option<HashMap<String, Vec<String>>>,
-    body: Option<String>,
-    #[serde(default)]
-    is_base64_encoded: bool,
+/// GET /ready in `source`'s format: the first invocation of a run.
+pub fn ready(source: &str) -> Result<Sent> {
+    let (event, expect) = (format!("{source}/ready.json"), Expect::Json(json!({"ready": true})));
+    Ok((read_event(&event)?, Case { event, status: 200, expect }))
 }
 
-/// A function error (the runtime's answer when the handler failed).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FunctionError {
-    error_type: String,
-    error_message: String,
+/// `n` public payloads spread evenly over the file, then (with `edges`) every entry with exactly
+/// 3 frauds in 5 (score 0.6, where a tie rule or an off-by-one would show); the `k`th in the
+/// format of source `source(k) % 4`, held to the labeller's answer.
+pub fn replay(n: usize, edges: bool, source: impl Fn(usize) -> usize) -> Result<Vec<Sent>> {
+    let entries = util::test_entries()?;
+    let each =
+        SOURCES.map(|s| Ok(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?));
+    let templates: Vec<Value> = each.into_iter().collect::<Result<_>>()?;
+    let scores: Vec<f64> = entries.iter().map(|e| e.expected_fraud_score).collect();
+    let sent = spread(&scores, n, edges).into_iter().enumerate().map(|(k, i)| {
+        let (e, mut event) = (&entries[i], templates[source(k) % 4].clone());
+        event["body"] = Value::String(e.request.get().to_string());
+        let body = json!({"approved": e.expected_approved, "fraud_score": e.expected_fraud_score});
+        let case = Case { event: format!("entry {i}"), status: 200, expect: Expect::Json(body) };
+        (serde_json::to_vec(&event).expect("a JSON value serializes"), case)
+    });
+    Ok(sent.collect())
+}
+
+fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
+    let mut picked = util::spread(scores.len(), n);
+    if edges {
+        let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
+        picked.extend((0..scores.len()).filter(|i| scores[*i] == 0.6 && !first.contains(i)));
+    }
+    picked
 }
 
 /// An HTTP answer, whatever the event source.
@@ -103,25 +110,34 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// What the function answered, as `lambda_http` encodes it for every event source (headers
+    /// single or multi-valued, the body maybe base64), or the runtime's error.
     pub fn parse(raw: &[u8]) -> Result<Answer> {
-        let r: LambdaResponse = match serde_json::from_slice(raw) {
-            Ok(r) => r,
-            Err(_) => match serde_json::from_slice::<FunctionError>(raw) {
-                Ok(e) => bail!("function error {}: {}", e.error_type, e.error_message),
-                Err(_) => bail!("not a Lambda HTTP answer: {}", String::from_utf8_lossy(raw)),
-            },
+        let shown = || String::from_utf8_lossy(raw).into_owned();
+        let v: Value =
+            serde_json::from_slice(raw).with_context(|| format!("not JSON: {}", shown()))?;
+        if let Some(error) = v["errorType"].as_str() {
+            bail!("function error {error}: {}", v["errorMessage"].as_str().unwrap_or_default());
+        }
+        let status = v["statusCode"]
+            .as_u64()
+            .with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
+        let find = |map: &Value, name: &str| -> Option<Value> {
+            map.as_object()?
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
         };
-        let multi = r.multi_value_headers.unwrap_or_default().into_iter();
-        let multi = multi.filter_map(|(k, v)| Some((k, v.into_iter().next()?)));
-        let headers =
-            multi.chain(r.headers.unwrap_or_default()).map(|(k, v)| (k.to_ascii_lowercase(), v));
-        let mut headers: HashMap<String, String> = headers.collect();
-        let mut body = r.body.unwrap_or_default();
-        if r.is_base64_encoded {
+        let header = |name| {
+            let multi = || find(&v["multiValueHeaders"], name).map(|m| m[0].clone());
+            find(&v["headers"], name).or_else(multi)?.as_str().map(String::from)
+        };
+        let mut body = v["body"].as_str().unwrap_or_default().to_string();
+        if v["isBase64Encoded"] == true {
             body = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body)?)?;
         }
-        let (content_type, allow) = (headers.remove("content-type"), headers.remove("allow"));
-        Ok(Answer { status: r.status_code, content_type, allow, body })
+        let (content_type, allow) = (header("content-type"), header("allow"));
+        Ok(Answer { status: status as u16, content_type, allow, body })
     }
 
     /// Why this answer does not meet `case`, if it does not.
@@ -138,57 +154,19 @@ impl Answer {
             && body_ok
             && (case.status != 405 || self.allow.as_deref() == Some("POST"));
         let Answer { status, content_type, allow, body } = self;
-        let want = format!("{} {:?}", case.status, case.expect);
+        let (event, want) = (&case.event, format!("{} {:?}", case.status, case.expect));
         (!ok).then(|| {
-            format!(
-                "{}: got {status} {content_type:?} allow {allow:?} {body}, want {want}",
-                case.event
-            )
+            format!("{event}: got {status} {content_type:?} allow {allow:?} {body}, want {want}")
         })
     }
 }
 
-/// `n` entries spread evenly over the file, then (with `edges`) every entry with exactly 3
-/// frauds in 5 (fraud score 0.6, where a tie rule or an off-by-one would show).
-pub fn spread(entries: &[Entry], n: usize, edges: bool) -> Vec<usize> {
-    let mut picked = util::spread(entries.len(), n);
-    if edges {
-        let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
-        let edge = |i: &usize| entries[*i].expected_fraud_score == 0.6 && !first.contains(i);
-        picked.extend((0..entries.len()).filter(edge));
+/// Why an answer (with its round trip), or the failure to get one, does not meet `case`.
+pub fn failure(answer: &Result<(Answer, f64), String>, case: &Case) -> Option<String> {
+    match answer {
+        Ok((a, _)) => a.mismatch(case),
+        Err(e) => Some(format!("{}: {e}", case.event)),
     }
-    picked
-}
-
-/// The `legit.json` event of each source, to carry other bodies.
-pub struct Templates(Vec<Value>);
-
-impl Templates {
-    pub fn load() -> Result<Templates> {
-        let each =
-            SOURCES.map(|s| Ok(serde_json::from_slice(&read_event(&format!("{s}/legit.json"))?)?));
-        Ok(Templates(each.into_iter().collect::<Result<_>>()?))
-    }
-
-    /// The event of source `i % 4` carrying `body`.
-    pub fn event(&self, i: usize, body: &str) -> Vec<u8> {
-        let mut e = self.0[i % self.0.len()].clone();
-        e["body"] = Value::String(body.to_string());
-        serde_json::to_vec(&e).expect("a JSON value serializes")
-    }
-}
-
-/// Whether `answer` is the labeller's (`approved`, `fraud_score`).
-pub fn matches(answer: &Answer, approved: bool, fraud_score: f64) -> bool {
-    #[derive(Deserialize)]
-    struct Decision {
-        approved: bool,
-        fraud_score: f64,
-    }
-    let decision = serde_json::from_str::<Decision>(&answer.body);
-    answer.status == 200
-        && decision
-            .is_ok_and(|d| d.approved == approved && (d.fraud_score - fraud_score).abs() < 1e-9)
 }
 
 /// A JSON answer (tests).
@@ -217,10 +195,9 @@ mod tests {
     #[test]
     fn the_checked_in_events_are_their_tables_and_carry_their_cases() {
         let cases = cases().unwrap();
-        let dirs = std::fs::read_dir(events_dir()).unwrap().flatten().filter(|d| d.path().is_dir());
-        let files = dirs.flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten());
-        let files =
-            files.map(|f| f.path().strip_prefix(events_dir()).unwrap().display().to_string());
+        let listed = |d: PathBuf| std::fs::read_dir(d).unwrap().flatten().map(|e| e.path());
+        let files = listed(events_dir()).filter(|d| d.is_dir()).flat_map(listed);
+        let files = files.map(|f| f.strip_prefix(events_dir()).unwrap().display().to_string());
         let mut files: Vec<String> =
             files.filter(|f| f.ends_with(".json") && !f.starts_with("payloads/")).collect();
         let mut named: Vec<String> = cases.iter().map(|c| c.event.clone()).collect();
@@ -228,39 +205,30 @@ mod tests {
         named.sort();
         assert_eq!((files, cases.len()), (named, 45));
         // Each source's scored events carry the payloads of events/payloads/.
-        for source in SOURCES {
-            for name in ["legit", "fraud", "null-last", "malformed"] {
-                let payload = read_event(&format!("payloads/{name}.json")).unwrap();
-                assert_eq!(
-                    body(&format!("{source}/{name}.json")),
-                    payload.trim_ascii_end(),
-                    "{source}/{name}"
-                );
-            }
+        for (source, name) in SOURCES
+            .iter()
+            .flat_map(|s| ["legit", "fraud", "null-last", "malformed"].map(|n| (s, n)))
+        {
+            let payload = read_event(&format!("payloads/{name}.json")).unwrap();
+            assert_eq!(
+                body(&format!("{source}/{name}.json")),
+                payload.trim_ascii_end(),
+                "{source}/{name}"
+            );
         }
         // The valid hostile events carry hostile-valid.json's bodies and the labeller's answers.
-        #[derive(Deserialize)]
-        struct Valid {
-            name: String,
-            body: String,
-            expected: String,
-        }
         let text =
             std::fs::read(root().join("local-runner/tests/data/hostile-valid.json")).unwrap();
-        let valid: Vec<Valid> = serde_json::from_slice(&text).unwrap();
+        let valid: Vec<Value> = serde_json::from_slice(&text).unwrap();
         let ok: Vec<&Case> =
             cases.iter().filter(|c| c.event.starts_with("hostile/") && c.status == 200).collect();
         for c in &ok {
             let name = c.event["hostile/".len()..].trim_end_matches(".json").replace('-', "_");
             let name = if name == "query_string" { "base".into() } else { name };
-            let v = valid.iter().find(|v| v.name == name).unwrap();
-            let want = Expect::Json(serde_json::from_str(&v.expected).unwrap());
-            assert_eq!(
-                (body(&c.event), &c.expect),
-                (v.body.clone().into_bytes(), &want),
-                "{}",
-                c.event
-            );
+            let v = valid.iter().find(|v| v["name"] == name).unwrap();
+            let want = Expect::Json(serde_json::from_str(v["expected"].as_str().unwrap()).unwrap());
+            let got = (body(&c.event), &c.expect);
+            assert_eq!(got, (v["body"].as_str().unwrap().into(), &want), "{}", c.event);
         }
         assert_eq!(ok.len(), 10);
     }
@@ -269,35 +237,52 @@ mod tests {
     fn tables_and_answers_of_every_encoding_are_read_and_judged() {
         let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\n";
         let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
-        let json = Expect::Json(serde_json::json!({"a": 1}));
-        assert_eq!(expects, [Expect::ErrorAt("x.y".into()), json, Expect::Error]);
+        assert_eq!(
+            expects,
+            [Expect::ErrorAt("x.y".into()), Expect::Json(json!({"a": 1})), Expect::Error]
+        );
         assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
+        assert!(parse_table("event\tstatus\tbody\na.json\t200\n").is_err());
         let v2 = br#"{"statusCode":405,"headers":{"content-type":"application/json","allow":"POST"},"body":"{\"error\":\"method not allowed: use POST\"}","isBase64Encoded":false,"cookies":[]}"#;
         let case = |status, expect| Case { event: "x".into(), status, expect };
         assert_eq!(Answer::parse(v2).unwrap().mismatch(&case(405, Expect::Error)), None);
         let v1 = br#"{"statusCode":200,"headers":{},"multiValueHeaders":{"Content-Type":["application/json"]},"body":"eyJyZWFkeSI6dHJ1ZX0=","isBase64Encoded":true}"#;
         assert_eq!(Answer::parse(v1).unwrap(), answer(200, r#"{"ready":true}"#));
         let err = Answer::parse(br#"{"errorType":"Runtime.ExitError","errorMessage":"boom"}"#);
-        assert!(err.unwrap_err().to_string().contains("Runtime.ExitError"));
+        assert_eq!(err.unwrap_err().to_string(), "function error Runtime.ExitError: boom");
+        assert!(Answer::parse(b"{}").unwrap_err().to_string().starts_with("not a Lambda HTTP"));
         let refused = answer(400, r#"{"error":"merchant: missing field `mcc`"}"#);
         assert_eq!(refused.mismatch(&case(400, Expect::ErrorAt("merchant".into()))), None);
         let wrong = refused.mismatch(&case(400, Expect::ErrorAt("terminal".into()))).unwrap();
-        assert!(
-            wrong.starts_with(r#"x: got 400 Some("application/json") allow None {"error""#),
-            "{wrong}"
-        );
+        let shown = r#"x: got 400 Some("application/json") allow None {"error""#;
+        assert!(wrong.starts_with(shown), "{wrong}");
+        let c = case(200, Expect::Error);
+        assert_eq!(failure(&Err("gone".into()), &c).unwrap(), "x: gone");
     }
 
     #[test]
     fn replayed_answers_and_the_edges_of_the_replay() {
-        let a = answer(200, r#"{"approved":false,"fraud_score":0.6}"#);
-        assert!(matches(&a, false, 0.6) && !matches(&a, true, 0.6) && !matches(&a, false, 0.8));
-        let entry = |expected_fraud_score| {
-            let request = serde_json::value::RawValue::from_string("{}".into()).unwrap();
-            Entry { request, expected_approved: true, expected_fraud_score }
-        };
-        let entries: Vec<Entry> = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0].map(entry).into();
-        let (edges, even) = (spread(&entries, 2, true), spread(&entries, 2, false));
-        assert_eq!((edges, even), (vec![0, 3, 1, 4], vec![0, 3]));
+        let sent = replay(3, false, |_| 2).unwrap();
+        let (event, case): (Value, &Case) =
+            (serde_json::from_slice(&sent[1].0).unwrap(), &sent[1].1);
+        let entry = &util::test_entries().unwrap()[54_100 / 3];
+        assert_eq!(
+            (case.event.as_str(), event["body"].as_str()),
+            ("entry 18033", Some(entry.request.get()))
+        );
+        let mut url: Value =
+            serde_json::from_slice(&read_event("function-url/legit.json").unwrap()).unwrap();
+        url["body"] = event["body"].clone();
+        assert_eq!(event, url);
+        let (approved, score) = (entry.expected_approved, entry.expected_fraud_score);
+        let right = answer(200, &format!(r#"{{"approved":{approved},"fraud_score":{score:?}}}"#));
+        let wrong =
+            answer(200, &format!(r#"{{"approved":{},"fraud_score":{score:?}}}"#, !approved));
+        assert!(right.mismatch(case).is_none() && wrong.mismatch(case).is_some());
+        let scores = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0];
+        assert_eq!(
+            (spread(&scores, 2, true), spread(&scores, 2, false)),
+            (vec![0, 3, 1, 4], vec![0, 3])
+        );
     }
 }

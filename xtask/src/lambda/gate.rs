@@ -1,12 +1,12 @@
 //! `cargo xtask lambda`: the CI gate. Gathered (sam validate, the build, the emulator run with
 //! template.yaml's settings, `sam build`), judged step by step, then one verdict line.
 
-use super::emulator::{Emulator, Log, Memory, Settings};
-use super::events::{self, Answer, Templates};
+use super::emulator::{self, Session, Settings};
+use super::events::{self, Case};
 use super::logs::{self, Init};
 use super::package::{self, Package};
 use super::sam::{self, Tools};
-use crate::util::{self, log, mb, ms, Quantiles};
+use crate::util::{self, log, mb, Quantiles};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -14,8 +14,7 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct CiArgs {
-    /// Public payloads replayed, spread over the test file; every entry with exactly 3 frauds
-    /// in 5 is added.
+    /// Public payloads replayed, spread over the test file, plus every entry with 3 frauds in 5.
     #[arg(long, env = "LAMBDA_REPLAY", default_value_t = 4000)]
     replay: usize,
     /// Use the last build's package as it is.
@@ -33,34 +32,20 @@ pub struct CiArgs {
     no_sam_build: bool,
 }
 
-/// What the emulator run gave: each answer already held to its case (first failures kept).
-#[derive(Default, Serialize)]
+/// The emulator run, what each answer must be (the first invocation, `events` cases of events/,
+/// the replay) and the init line the log must hold.
 struct Emulated {
-    listening_ms: f64,
-    /// The first invocation (GET /ready): the RIE execs the bootstrap, its init, the answer.
-    first_invoke_ms: f64,
-    launch_to_first_response_ms: f64,
+    session: Session,
+    cases: Vec<Case>,
     events: usize,
-    event_failures: Vec<String>,
-    replayed: usize,
-    mismatches: usize,
-    replay_failures: Vec<String>,
-    /// HTTP status of every invocation, in order, and the client's round trips of the replay.
-    #[serde(skip)]
-    statuses: Vec<u16>,
-    #[serde(skip)]
-    rtts_ms: Vec<f64>,
-    memory: Option<Memory>,
-    #[serde(skip)]
-    log: Log,
+    expected: Result<Init>,
+    settings: Settings,
 }
 
 struct Gathered {
     validate: Result<String>,
     package: Result<Package>,
-    settings: Option<Settings>,
     emulated: Option<Result<Emulated>>,
-    expected: Option<Result<Init>>,
     /// `.aws-sam`'s bootstrap and its SHA-256; `None` when left out.
     sam_build: Option<Result<(PathBuf, String)>>,
 }
@@ -85,9 +70,6 @@ impl Judged {
     fn step(&mut self, name: &'static str, ok: bool, result: impl Into<String>) {
         self.steps.push(Step { name, ok, result: result.into() });
     }
-    fn passed(&self) -> bool {
-        self.steps.iter().all(|s| s.ok)
-    }
 }
 
 pub fn run(a: CiArgs) -> Result<()> {
@@ -99,81 +81,43 @@ pub fn run(a: CiArgs) -> Result<()> {
     }
     let (package, emulated) =
         (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
-    let detail = serde_json::json!({"steps": j.steps, "settings": g.settings, "package": package, "emulated": emulated, "logs": j.logs});
-    util::verdict("lambda", j.passed() && package.is_some(), &j.figures, &detail)
+    let settings = emulated.map(|e| &e.settings);
+    let detail = serde_json::json!({"steps": j.steps, "settings": settings, "package": package, "logs": j.logs});
+    util::verdict("lambda", j.steps.iter().all(|s| s.ok), &j.figures, &detail)
 }
 
 fn gather(a: &CiArgs) -> Result<Gathered> {
     let tools = Tools::ensure()?;
     let validate = tools.validate();
-    let package = if a.skip_build { package::existing() } else { package::build() };
-    let (mut settings, mut emulated, mut expected) = (None, None, None);
+    let package = package::build(a.skip_build);
+    let mut emulated = None;
     if let Ok(pkg) = &package {
         let d = sam::defaults()?;
         let s = Settings { memory_mb: a.memory_mb.unwrap_or(d.memory_mb), cpus: a.cpus, ..d };
-        emulated = Some(emulate(&tools.rie, pkg, &s, a.replay));
-        (expected, settings) = (Some(logs::expected(&pkg.index_artifact)), Some(s));
+        emulated = Some(emulate(&tools, pkg, s, a.replay));
     }
     let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
-    let sam_build = (!a.no_sam_build).then(built);
     if a.no_sam_build {
         log!("sam build: left out (--no-sam-build)");
     }
-    Ok(Gathered { validate, package, settings, emulated, expected, sam_build })
+    let sam_build = (!a.no_sam_build).then(built);
+    Ok(Gathered { validate, package, emulated, sam_build })
 }
 
-/// Starts the emulator, sends the first invocation, the events and the replay, stops it.
-fn emulate(rie: &std::path::Path, pkg: &Package, s: &Settings, n: usize) -> Result<Emulated> {
-    let log = util::xtask_dir("lambda")?.join("rie.log");
-    let mut emu = Emulator::start(rie, &pkg.dir, s, log.clone())?;
-    log!("emulator started, log in {}", log.display());
-    let mut out = Emulated { listening_ms: ms(emu.wait_listening()?), ..Emulated::default() };
-    let (raw, rtt) = emu.invoke(&events::read_event("apigw-v2/ready.json")?)?;
-    (out.first_invoke_ms, out.launch_to_first_response_ms) = (ms(rtt), ms(emu.launched.elapsed()));
-    let first = Answer::parse(&raw)?;
-    out.statuses.push(first.status);
-    if first.status != 200 {
-        out.event_failures.push(format!("first invocation: {first:?}"));
-    }
-    let answer =
-        |event: &[u8]| emu.invoke(event).and_then(|(raw, rtt)| Ok((Answer::parse(&raw)?, ms(rtt))));
+/// The first invocation, every event of events/, then `n` replayed payloads in turn in the four
+/// formats.
+fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
+    let mut sent = vec![events::ready("apigw-v2")?];
     for case in events::cases()? {
-        out.events += 1;
-        match events::read_event(&case.event).and_then(|e| answer(&e)) {
-            Ok((a, _)) => {
-                out.statuses.push(a.status);
-                out.event_failures.extend(a.mismatch(&case));
-            }
-            Err(e) => out.event_failures.push(format!("{}: {e:#}", case.event)),
-        }
+        sent.push((events::read_event(&case.event)?, case));
     }
-    let (entries, templates) = (util::test_entries()?, Templates::load()?);
-    for (k, i) in events::spread(&entries, n, true).into_iter().enumerate() {
-        let e = &entries[i];
-        out.replayed += 1;
-        let (approved, score) = (e.expected_approved, e.expected_fraud_score);
-        let failure = match answer(&templates.event(k, e.request.get())) {
-            Ok((a, rtt)) => {
-                out.rtts_ms.push(rtt);
-                out.statuses.push(a.status);
-                let (wrong, want) =
-                    (!events::matches(&a, approved, score), format!("approved={approved}"));
-                wrong.then(|| {
-                    format!("got {} {}, want {want} fraud_score={score}", a.status, a.body)
-                })
-            }
-            Err(err) => Some(format!("{err:#}")),
-        };
-        if let Some(f) = failure {
-            out.mismatches += 1;
-            out.replay_failures.push(format!("entry {i}: {f}"));
-        }
-    }
-    out.memory = emu.bootstrap_memory();
-    out.log = emu.stop()?;
-    out.event_failures.truncate(20);
-    out.replay_failures.truncate(20);
-    Ok(out)
+    let events = sent.len() - 1;
+    sent.extend(events::replay(n, true, |k| k)?);
+    let log = util::xtask_dir("lambda")?.join("rie.log");
+    let (bodies, cases): (Vec<_>, _) = sent.into_iter().unzip();
+    let session = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
+    let expected = logs::expected(&pkg.index_artifact);
+    Ok(Emulated { session, cases, events, expected, settings })
 }
 
 fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
@@ -193,11 +137,9 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     if let Some(Err(e)) = &g.emulated {
         j.step("emulator run", false, format!("{e:#}"));
     }
-    let (emulated, prefault) = (
-        g.emulated.as_ref().and_then(|e| e.as_ref().ok()),
-        g.settings.as_ref().is_some_and(|s| s.prefault),
-    );
-    let warm = emulated.map(|e| emulator_steps(&mut j, e, g.expected.as_ref(), prefault));
+    let emulated = g.emulated.as_ref().and_then(|e| e.as_ref().ok());
+    let nothing = || (String::new(), timing(f64::NAN, None, Quantiles::default()));
+    let (counts, timing) = emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e));
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {
@@ -208,20 +150,12 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
         }
     }
     let (n, passed) = (j.steps.len(), j.steps.iter().filter(|s| s.ok).count());
-    let mut f = format!("{passed}/{n} steps");
-    if let Some(e) = emulated {
-        let (n, replayed, mismatches) = (e.events, e.replayed, e.mismatches);
-        let ok = n - e.event_failures.len().min(n);
-        f += &format!("; events {ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
-    }
+    let mut f = format!("{passed}/{n} steps{counts}");
     if let Some(r) = &j.logs {
         let (lines, failed) = (r.failure_lines, r.failed_requests);
         f += &format!("; logs: 1 init + {lines} failure lines for {failed} failed requests");
     }
-    let first = emulated.map_or(f64::NAN, |e| e.first_invoke_ms);
-    let init = emulated.and_then(|e| e.log.init_report_ms).unwrap_or(f64::NAN);
-    let Quantiles { p50, p99, .. } = warm.unwrap_or_default();
-    f += &format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms");
+    f += &timing;
     if let Ok(p) = &g.package {
         let (zipped, unzipped, tested) = (mb(p.zipped_bytes), mb(p.unzipped_bytes), &p.sha256);
         f += &format!("; package {zipped:.1} MB zipped, {unzipped:.1} MB unzipped");
@@ -241,44 +175,55 @@ fn show<T>(r: &Result<T>, f: impl FnOnce(&T) -> String) -> String {
     r.as_ref().map_or_else(|e| format!("{e:#}"), f)
 }
 
-/// The emulator run's steps: first invocation, events, replay, warm timings, memory, the log;
-/// returns the warm `Duration`s.
-fn emulator_steps(
-    j: &mut Judged,
-    e: &Emulated,
-    want: Option<&Result<Init>>,
-    pre: bool,
-) -> Quantiles {
-    let c = Quantiles::of(e.rtts_ms.clone());
-    let w = Quantiles::of(e.log.durations_ms.iter().skip(1).copied().collect());
-    let init = e.log.init_report_ms.map_or("missing".into(), |v| format!("{v:.2}"));
-    let (rtt, launch) = (e.first_invoke_ms, e.launch_to_first_response_ms);
-    let cold = format!("round trip {rtt:.1} ms (exec + init + answer); emulator INIT REPORT {init} ms; launch to first answer {launch:.0} ms");
+/// The figures' cold and warm timings.
+fn timing(first: f64, init: Option<f64>, w: Quantiles) -> String {
+    let (init, Quantiles { p50, p99, .. }) = (init.unwrap_or(f64::NAN), w);
+    format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms")
+}
+
+/// The emulator run's steps (first invocation, events, replay, warm timings, memory, the log)
+/// and its figures: the counts, the timings.
+fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
+    let (s, n) = (&e.session, e.events);
+    let failures: Vec<Option<String>> =
+        s.answers.iter().zip(&e.cases).map(|(a, c)| events::failure(a, c)).collect();
+    let (events, replay) = failures.split_at(n + 1);
+    let first = |v: &[Option<String>], what| {
+        v.iter().flatten().next().map_or(String::new(), |f| format!("; {what}: {f}"))
+    };
+    let first_ms = s.answers[0].as_ref().map_or(f64::NAN, |(_, rtt)| *rtt);
+    let statuses: Vec<u16> = s.answers.iter().flatten().map(|(a, _)| a.status).collect();
+    let rtts = s.answers[n + 1..].iter().flatten().map(|(_, rtt)| *rtt);
+    let c = Quantiles::of(rtts.collect());
+    let w = Quantiles::of(s.log.durations_ms.iter().skip(1).copied().collect());
+    let init = s.log.init_report_ms.map_or("missing".into(), |v| format!("{v:.2}"));
+    let launch = s.launch_to_first_ms;
+    let cold = format!("round trip {first_ms:.1} ms (exec + init + answer); emulator INIT REPORT {init} ms; launch to first answer {launch:.0} ms");
     j.step("cold start (first invocation)", true, cold);
-    let first = |v: &[String], what| v.first().map_or(String::new(), |f| format!("; {what}: {f}"));
-    let (n, failed, events) =
-        (e.events, e.event_failures.len(), first(&e.event_failures, "first failure"));
-    let ok = n - failed.min(n);
-    j.step("events", failed == 0, format!("{ok}/{n} answered as expected{events}"));
-    let (replayed, mismatches) = (e.replayed, e.mismatches);
-    let replay = first(&e.replay_failures, "first");
-    let replay = format!("{replayed} public payloads through the four event formats, {mismatches} mismatches{replay}");
-    j.step("replay", mismatches == 0 && replayed > 0, replay);
-    let (Quantiles { n, p50, p99, max }, rtt50, rtt99) = (w, c.p50, c.p99);
-    let warm = format!("emulator Duration p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms (n={n}); client round trip p50 {rtt50:.3} ms, p99 {rtt99:.3} ms");
-    j.step("warm invocations", w.n + 1 == e.statuses.len(), warm);
-    if let Some(m) = e.memory {
-        let mb = |kb: u64| kb as f64 / 1024.0;
-        let (peak, anon, file) = (mb(m.peak_rss_kb), mb(m.rss_anon_kb), mb(m.rss_file_kb));
+    let failed = events.iter().flatten().count();
+    let events_ok = n - failed.min(n);
+    let shown = first(events, "first failure");
+    j.step("events", failed == 0, format!("{events_ok}/{n} answered as expected{shown}"));
+    let (replayed, mismatches) = (replay.len(), replay.iter().flatten().count());
+    let shown = first(replay, "first");
+    let result = format!(
+        "{replayed} public payloads through the four event formats, {mismatches} mismatches{shown}"
+    );
+    j.step("replay", mismatches == 0 && replayed > 0, result);
+    let (Quantiles { n: warm_n, p50, p99, max }, rtt50, rtt99) = (w, c.p50, c.p99);
+    let warm = format!("emulator Duration p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms (n={warm_n}); client round trip p50 {rtt50:.3} ms, p99 {rtt99:.3} ms");
+    j.step("warm invocations", w.n + 1 == statuses.len(), warm);
+    if let Some(m) = s.memory {
+        let (peak, anon, file) = (m.peak_rss_mb, m.rss_anon_mb, m.rss_file_mb);
         let memory = format!("peak RSS {peak:.1} MB (anon {anon:.1} MB, file-backed {file:.1} MB)");
         j.step("bootstrap memory after the replay", true, memory);
     }
-    let report = match want {
-        Some(Ok(want)) => logs::check(&e.log, &e.statuses, want, pre),
-        Some(Err(err)) => {
-            logs::Report::problem(format!("cannot read the embedded artifact: {err:#}"))
+    let report = match &e.expected {
+        Ok(want) => logs::check(&s.log, &statuses, want, e.settings.prefault),
+        Err(err) => {
+            let problems = vec![format!("cannot read the embedded artifact: {err:#}")];
+            logs::Report { problems, ..logs::Report::default() }
         }
-        None => logs::Report::problem("no embedded artifact".into()),
     };
     let init = report.init.as_ref().map_or("no init line".to_string(), |i| {
         let Init { kernels, codec, index_source_sha256: sha, artifact_crc32: crc, init_us, .. } = i;
@@ -286,17 +231,20 @@ fn emulator_steps(
     });
     let problem = report.problems.first().map_or(String::new(), |p| format!("; PROBLEM: {p}"));
     let (lines, failed, bad) = (report.failure_lines, report.failed_requests, report.bad_requests);
-    let other = report.unexpected_lines;
-    let ok = e.statuses.len() - failed;
+    let (other, ok) = (report.unexpected_lines, statuses.len() - failed);
     let result = format!("{init}; {lines} failure lines for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
     j.step("logs", report.problems.is_empty(), result);
     j.logs = Some(report);
-    w
+    let counts =
+        format!("; events {events_ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
+    (counts, timing(first_ms, s.log.init_report_ms, w))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lambda::events::{answer, Expect};
+    use crate::lambda::logs::Log;
 
     const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":true,"init_us":12200}}"#;
     const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount"}}"#;
@@ -310,24 +258,28 @@ mod tests {
         let reports = ["16.1", "0.9", "0.4", "0.5"]
             .map(|d| format!("REPORT RequestId: x\tDuration: {d} ms\n"));
         let log = format!("{INIT}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n{}", reports.concat());
-        let emulated = Emulated {
-            first_invoke_ms: 16.7,
-            events: 1,
-            replayed: 2,
-            mismatches: mismatch.into(),
-            replay_failures: if mismatch { vec!["entry 13: got 200".into()] } else { vec![] },
-            statuses: vec![200, 400, 200, 200],
-            rtts_ms: vec![0.7, 0.8],
-            log: Log::parse(&log),
-            ..Emulated::default()
-        };
-        let expected = Log::parse(INIT).lines[0].typed().unwrap();
+        let case = |event: &str, status, expect| Case { event: event.into(), status, expect };
+        let scored = Expect::Json(serde_json::json!({"approved": true, "fraud_score": 0.0}));
+        let cases = vec![
+            case("first invocation", 200, Expect::Json(serde_json::json!({"ready": true}))),
+            case("alb/malformed.json", 400, Expect::Error),
+            case("entry 0", 200, scored.clone()),
+            case("entry 13", 200, scored),
+        ];
+        let right = r#"{"approved":true,"fraud_score":0.0}"#;
+        let last = if mismatch { r#"{"approved":false,"fraud_score":0.6}"# } else { right };
+        let bodies =
+            [(200, r#"{"ready":true}"#), (400, r#"{"error":"x"}"#), (200, right), (200, last)];
+        let rtts = [16.7, 1.0, 0.7, 0.8];
+        let answers = bodies.iter().zip(rtts).map(|((s, b), r)| Ok((answer(*s, b), r))).collect();
+        let session =
+            Session { launch_to_first_ms: 20.0, answers, memory: None, log: Log::parse(&log) };
+        let expected = Ok(Log::parse(INIT).lines[0].typed().unwrap());
+        let settings = Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None };
         Gathered {
             validate: Ok("template.yaml is a valid SAM Template".into()),
             package: Ok(package),
-            settings: Some(Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None }),
-            emulated: Some(Ok(emulated)),
-            expected: Some(Ok(expected)),
+            emulated: Some(Ok(Emulated { session, cases, events: 1, expected, settings })),
             sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
         }
     }

@@ -1,11 +1,75 @@
-//! What the function must log (function/src/bin/bootstrap.rs): one INFO line at init, one WARN
-//! line per failed request (never the body), nothing for a success, at most one closing line.
+//! A run's log ([`Log`]: the emulator's lines and the bootstrap's JSON) and what the function
+//! must log (function/src/bin/bootstrap.rs): one INFO line at init, one WARN line per failed
+//! request (never the body), nothing for a success, at most one closing line.
 
-use super::emulator::{Line, Log};
 use anyhow::{Context, Result};
 use index_pack::format::{self, Footer};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
+
+/// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Line {
+    pub level: String,
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+impl Line {
+    fn message(&self) -> &str {
+        self.fields.get("message").and_then(|m| m.as_str()).unwrap_or("")
+    }
+
+    /// The fields as a typed record; fails on a missing or an unexpected field.
+    pub fn typed<T: for<'de> Deserialize<'de>>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_value(serde_json::to_value(&self.fields)?)
+    }
+}
+
+/// What the log file says after a run.
+#[derive(Clone, Debug, Default)]
+pub struct Log {
+    /// `INIT REPORT(durationMs: ...)`: exec of the bootstrap to its first request for work.
+    pub init_report_ms: Option<f64>,
+    /// `Duration` of each `REPORT` line, in invocation order.
+    pub durations_ms: Vec<f64>,
+    pub lines: Vec<Line>,
+    /// Lines that are neither the bootstrap's JSON nor the emulator's own.
+    other: Vec<String>,
+    /// A runtime exit or a panic.
+    crashed: bool,
+}
+
+impl Log {
+    pub fn parse(text: &str) -> Log {
+        let number_after = |line: &str, key: &str| -> Option<f64> {
+            let rest = &line[line.find(key)? + key.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        };
+        // The RIE's own: `START`/`END`/`REPORT`/`INIT REPORT` and `... [INFO] (rapid) ...`.
+        let emulator = |l: &str| {
+            let ours = ["START ", "END ", "REPORT ", "INIT "].iter().any(|p| l.starts_with(p));
+            l.is_empty() || ours || l.contains(" (rapid) ")
+        };
+        let mut log = Log::default();
+        for l in text.lines() {
+            if log.init_report_ms.is_none() {
+                log.init_report_ms = number_after(l, "INIT REPORT(durationMs: ");
+            }
+            if l.starts_with("REPORT ") {
+                log.durations_ms.extend(number_after(l, "\tDuration: "));
+            }
+            log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
+            match serde_json::from_str::<Line>(l) {
+                Ok(line) => log.lines.push(line),
+                Err(_) if l.starts_with('{') || !emulator(l) => log.other.push(l.to_string()),
+                Err(_) => {}
+            }
+        }
+        log
+    }
+}
 
 /// The init line's fields, all of them.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
@@ -22,7 +86,7 @@ pub struct Init {
 }
 
 /// A failed request's line, all of its fields.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
     pub message: String,
@@ -57,9 +121,6 @@ pub fn expected(artifact: &Path) -> Result<Init> {
     })
 }
 
-/// The message of the bootstrap's closing line.
-pub const CLOSING: &str = "the runtime API went away, exiting";
-
 /// The outcome of the log checks.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -69,27 +130,16 @@ pub struct Report {
     pub unexpected_lines: usize,
     pub failed_requests: usize,
     pub bad_requests: usize,
-    pub other_lines: usize,
     /// The closing line was there (last).
     pub closing_line: bool,
     pub problems: Vec<String>,
 }
 
-impl Report {
-    pub fn problem(p: String) -> Report {
-        Report { problems: vec![p], ..Report::default() }
-    }
-}
-
 /// Checks the log of a run whose invocations answered `statuses`, in order.
 pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report {
     let failed: Vec<u16> = statuses.iter().copied().filter(|s| *s >= 400).collect();
-    let mut r = Report {
-        failed_requests: failed.len(),
-        bad_requests: failed.iter().filter(|s| **s == 400).count(),
-        other_lines: log.other.len(),
-        ..Report::default()
-    };
+    let bad_requests = failed.iter().filter(|s| **s == 400).count();
+    let mut r = Report { failed_requests: failed.len(), bad_requests, ..Report::default() };
     let (inits, rest): (Vec<&Line>, Vec<&Line>) =
         log.lines.iter().partition(|l| l.message() == "index ready");
     match inits[..] {
@@ -108,15 +158,19 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
     let (mut logged, last) = (Vec::new(), log.lines.last());
     for line in rest {
         let keys: Vec<&str> = line.fields.keys().map(String::as_str).collect();
-        let closing = line.message() == CLOSING && keys == ["error", "invocations", "message"];
+        let closing = line.message() == "the runtime API went away, exiting"
+            && keys == ["error", "invocations", "message"];
         if closing && line.level == "INFO" && last.is_some_and(|l| std::ptr::eq(l, line)) {
             r.closing_line = true;
             continue;
         }
         match line.typed::<Failure>() {
             Ok(f) if line.level == "WARN" && f.message == "request failed" => {
-                if f.field.is_some() != (f.status == 400) {
-                    r.problems.push(format!("field present iff 400: {f:?}"));
+                if f.field.is_some() != (f.status == 400)
+                    || f.method.is_empty()
+                    || f.path.is_empty()
+                {
+                    r.problems.push(format!("{f:?}: want a method, a path, a field iff 400"));
                 }
                 logged.push(f.status);
             }
@@ -128,15 +182,12 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
     }
     r.failure_lines = logged.len();
     if logged != failed {
-        r.problems.push(format!(
-            "failure lines for statuses {logged:?}, want one per failed request {failed:?}"
-        ));
+        let want = format!("want one per failed request {failed:?}");
+        r.problems.push(format!("failure lines for statuses {logged:?}, {want}"));
     }
     if let Some(first) = log.other.first() {
-        r.problems.push(format!(
-            "{} lines neither JSON nor the emulator's, first {first:?}",
-            log.other.len()
-        ));
+        let n = log.other.len();
+        r.problems.push(format!("{n} lines neither JSON nor the emulator's, first {first:?}"));
     }
     if log.crashed {
         r.problems.push("the bootstrap crashed or panicked".into());
@@ -158,6 +209,23 @@ mod tests {
     const CLOSED: &str = r#"{"level":"INFO","fields":{"message":"the runtime API went away, exiting","invocations":3,"error":"connection closed"}}"#;
 
     #[test]
+    fn log_lines_are_sorted_by_origin() {
+        let text = format!("30 Nov 2026 14:52:00,123 [INFO] (rapid) exec './bootstrap' (cwd=/x)\n{INIT}\n\
+            START RequestId: 1 Version: $LATEST\nINIT REPORT(durationMs: 3.25)\nEND RequestId: 1\n\
+            REPORT RequestId: 1\tInit Duration: 0.31 ms\tDuration: 4.50 ms\tBilled Duration: 5 ms\n{FAILED}\n\
+            REPORT RequestId: 2\tDuration: 0.75 ms\tBilled Duration: 1 ms\nsomething else\n{{not json\n");
+        let log = Log::parse(&text);
+        assert_eq!((log.init_report_ms, &log.durations_ms[..]), (Some(3.25), &[4.5, 0.75][..]));
+        let messages: Vec<&str> = log.lines.iter().map(Line::message).collect();
+        assert_eq!(messages, ["index ready", "request failed"]);
+        assert_eq!(
+            (log.other, log.crashed),
+            (vec!["something else".into(), "{not json".into()], false)
+        );
+        assert!(Log::parse("thread 'main' panicked at x").crashed);
+    }
+
+    #[test]
     fn one_init_line_and_one_line_per_failure_pass() {
         let log = Log::parse(&format!("{INIT}\n{FAILED}\n"));
         let r = check(&log, &[200, 400, 200], &want(), false);
@@ -173,7 +241,7 @@ mod tests {
         let extra = r#"{"level":"INFO","fields":{"message":"answered","status":200}}"#;
         let body = FAILED.replace(r#""field""#, r#""body":"{}","field""#);
         let other = Init { artifact_crc32: "00000010".into(), ..want() };
-        let cases: [(String, &[u16], Init, bool); 8] = [
+        let cases: [(String, &[u16], Init, bool); 9] = [
             (format!("{INIT}\n{CLOSED}\n{FAILED}\n"), &[400], want(), false),
             (format!("{INIT}\n{CLOSED}\n{CLOSED}\n"), &[200], want(), false),
             (format!("{INIT}\n{}\n", CLOSED.replace("INFO", "ERROR")), &[200], want(), false),
@@ -182,12 +250,11 @@ mod tests {
             (format!("{INIT}\n"), &[400], want(), false),
             (format!("{INIT}\n"), &[200], want(), true),
             (format!("{INIT}\n"), &[200], other, false),
+            (format!("{INIT}\nstray\n"), &[200], want(), false),
         ];
         for (text, statuses, want, prefault) in cases {
-            assert!(
-                !check(&Log::parse(&text), statuses, &want, prefault).problems.is_empty(),
-                "{text}"
-            );
+            let r = check(&Log::parse(&text), statuses, &want, prefault);
+            assert!(!r.problems.is_empty(), "{text}");
         }
     }
 }

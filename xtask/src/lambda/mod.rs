@@ -1,6 +1,5 @@
-//! `cargo xtask lambda ...`: the Lambda function (docs/LAMBDA.md) built once ([`package`]),
-//! tested under AWS's emulator by the CI gate ([`gate`]) and shipped by `sam build` as the very
-//! binary the tests ran; the instruments are in [`measure`].
+//! `cargo xtask lambda ...` (docs/LAMBDA.md): one build ([`package`]), tested under AWS's emulator
+//! by the CI gate ([`gate`]), shipped by `sam build` as that very binary; instruments: [`measure`].
 
 mod emulator;
 mod events;
@@ -48,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         None => gate::run(args.ci),
         Some(Command::Build { artifacts_dir }) => {
             let t = Instant::now();
-            let pkg = package::build()?;
+            let pkg = package::build(false)?;
             if let Some(dir) = artifacts_dir {
                 pkg.copy_to(&dir)?;
             }

@@ -46,30 +46,24 @@ fn built_dir() -> PathBuf {
     util::target_dir().join(TRIPLE).join("release")
 }
 
-pub fn build() -> Result<Package> {
-    let reused = reusable_index()?;
+/// The package: built (reusing the workspace build's index when it can), or with `skip_build`
+/// the last build's as it is.
+pub fn build(skip_build: bool) -> Result<Package> {
+    let reuse = util::target_dir().join("lambda-index.idx");
+    let packed = || {
+        util::newest_index_artifact(&built_dir().join("build")).context("no index artifact packed")
+    };
+    let given = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+    if skip_build {
+        return assemble(given.or(reuse.exists().then_some(reuse)).map_or_else(packed, Ok)?);
+    }
+    let reused = if given.is_some() { given } else { reusable_index(reuse)? };
     if util::run(&cargo(reused.as_deref())).is_err() {
         ensure!(reused.is_some(), "the bootstrap build failed");
         log!("build failed with the reused index artifact; packing from the references");
         util::run(&cargo(None))?;
     }
-    let packed = || {
-        util::newest_index_artifact(&built_dir().join("build"))
-            .context("the build packed no index artifact")
-    };
     assemble(reused.map_or_else(packed, Ok)?)
-}
-
-/// The package of the last build, as it is (`--skip-build`).
-pub fn existing() -> Result<Package> {
-    let reused = util::target_dir().join("lambda-index.idx");
-    let artifact = match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        Some(given) => PathBuf::from(given),
-        None if reused.exists() => reused,
-        None => util::newest_index_artifact(&built_dir().join("build"))
-            .context("no index artifact: build first")?,
-    };
-    assemble(artifact)
 }
 
 fn cargo(index: Option<&Path>) -> duct::Expression {
@@ -94,8 +88,13 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
     std::fs::copy(&built, &bootstrap)?;
+    // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
     let zip = package_dir.join("bootstrap.zip");
-    write_zip(&bootstrap, &zip)?;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
+    let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+    z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
+    z.write_all(&std::fs::read(&bootstrap)?)?;
+    z.finish()?;
     Ok(Package {
         sha256: util::sha256_file(&bootstrap)?,
         zipped_bytes: std::fs::metadata(&zip)?.len(),
@@ -107,28 +106,21 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     })
 }
 
-/// The index artifact to embed, copied to `<target>/lambda-index.idx`, or `None` to pack.
-fn reusable_index() -> Result<Option<PathBuf>> {
-    if let Some(given) = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        return Ok(Some(PathBuf::from(given)));
-    }
+/// The workspace build's index artifact copied to `reuse` (mtime kept), or `None` to pack.
+fn reusable_index(reuse: PathBuf) -> Result<Option<PathBuf>> {
     if std::env::var("LAMBDA_PACK_INDEX").is_ok_and(|v| v == "1") {
         return Ok(None);
     }
-    let Some(artifact) = util::newest_index_artifact(&util::target_dir().join("release/build"))
-    else {
-        return Ok(None);
-    };
+    let newest = util::newest_index_artifact(&util::target_dir().join("release/build"));
+    let Some(artifact) = newest else { return Ok(None) };
     // An artifact older than the packer's sources may be in an older format.
     let packed = std::fs::metadata(&artifact)?.modified()?;
-    let root = util::root();
-    if newest_rs(&root.join("index-pack"))?.max(newest_rs(&root.join("function/build.rs"))?)
-        > packed
+    let sources = [util::root().join("index-pack"), util::root().join("function/build.rs")];
+    if sources.iter().map(|p| newest_rs(p)).collect::<Result<Vec<_>>>()?.iter().any(|t| *t > packed)
     {
         log!("not reusing {}: index-pack changed since", artifact.display());
         return Ok(None);
     }
-    let reuse = util::target_dir().join("lambda-index.idx");
     if std::fs::read(&reuse).ok() != Some(std::fs::read(&artifact)?) {
         std::fs::copy(&artifact, &reuse)?;
         std::fs::File::options().write(true).open(&reuse)?.set_modified(packed)?;
@@ -144,26 +136,7 @@ fn newest_rs(path: &Path) -> Result<SystemTime> {
         let rs = path.extension().is_some_and(|e| e == "rs");
         return Ok(if rs { meta.modified()? } else { SystemTime::UNIX_EPOCH });
     }
-    let mut newest = SystemTime::UNIX_EPOCH;
-    for e in std::fs::read_dir(path)? {
-        let p = e?.path();
-        if p.file_name().is_some_and(|n| n != "target") {
-            newest = newest.max(newest_rs(&p)?);
-        }
-    }
-    Ok(newest)
-}
-
-/// Zips one executable as `bootstrap` (mode 755) with deflate at zlib's default level, as
-/// `sam deploy` packages it.
-fn write_zip(exe: &Path, zip_path: &Path) -> Result<()> {
-    use zip::write::SimpleFileOptions;
-    let mut z = zip::ZipWriter::new(std::fs::File::create(zip_path)?);
-    let options = SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .unix_permissions(0o755);
-    z.start_file("bootstrap", options)?;
-    z.write_all(&std::fs::read(exe)?)?;
-    z.finish()?;
-    Ok(())
+    let entries = std::fs::read_dir(path)?.map(|e| Ok(e?.path())).collect::<Result<Vec<_>>>()?;
+    let kept = entries.iter().filter(|p| p.file_name().is_some_and(|n| n != "target"));
+    kept.map(|p| newest_rs(p)).try_fold(SystemTime::UNIX_EPOCH, |t, n| Ok(t.max(n?)))
 }

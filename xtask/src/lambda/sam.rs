@@ -4,9 +4,8 @@
 use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};
 use anyhow::{bail, ensure, Context, Result};
-use serde::Deserialize;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use yaml_serde::Value;
 
 /// The version the emulator figures and the template checks were taken with.
 const SAM_CLI: &str = "aws-sam-cli==1.170.0";
@@ -33,7 +32,14 @@ impl Tools {
             let pip = "install -q --disable-pip-version-check".split(' ').chain([SAM_CLI]);
             util::run(&duct::cmd(venv.join("bin/pip"), pip).dir(root()))?;
         }
-        let rie = find_rie(&venv)?;
+        // <venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64
+        let lib = venv.join("lib");
+        let dirs = std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))?;
+        let rapid = "site-packages/samcli/local/rapid/aws-lambda-rie-x86_64";
+        let rie = dirs.flatten().map(|d| d.path().join(rapid)).find(|p| p.exists());
+        let venv = venv.display();
+        let rie = rie
+            .with_context(|| format!("no RIE in the SAM CLI of {venv} (remove it to reinstall)"))?;
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&rie)?.permissions().mode();
         if mode & 0o111 == 0 {
@@ -49,9 +55,8 @@ impl Tools {
 
     /// `sam validate --lint` (SAM's schema and cfn-lint); returns its output.
     pub fn validate(&self) -> Result<String> {
-        Ok(util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?
-            .trim()
-            .into())
+        let out = util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?;
+        Ok(out.trim().into())
     }
 
     /// `sam build`: what `sam deploy` uploads. Returns the built bootstrap.
@@ -63,40 +68,19 @@ impl Tools {
     }
 }
 
-/// `<venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64`.
-fn find_rie(venv: &Path) -> Result<PathBuf> {
-    let lib = venv.join("lib");
-    for entry in std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))? {
-        let rie = entry?.path().join("site-packages/samcli/local/rapid/aws-lambda-rie-x86_64");
-        if rie.exists() {
-            return Ok(rie);
-        }
-    }
-    bail!(
-        "no aws-lambda-rie-x86_64 in the SAM CLI of {} (remove the venv to reinstall)",
-        venv.display()
-    )
+fn template() -> Result<Value> {
+    let text = std::fs::read_to_string(root().join("template.yaml"))?;
+    yaml_serde::from_str(&text).context("template.yaml")
 }
 
 /// template.yaml's parameter defaults that the emulator reproduces (memory, timeout, prefault).
 pub fn defaults() -> Result<Settings> {
-    #[derive(Deserialize)]
-    struct Template {
-        #[serde(rename = "Parameters")]
-        parameters: BTreeMap<String, Parameter>,
-    }
-    #[derive(Deserialize)]
-    struct Parameter {
-        #[serde(rename = "Default")]
-        default: Option<yaml_serde::Value>,
-    }
-    let t: Template = yaml_serde::from_str(&std::fs::read_to_string(root().join("template.yaml"))?)
-        .context("template.yaml")?;
+    let t = template()?;
     let get = |name: &str| -> Result<String> {
-        let v = t.parameters.get(name).and_then(|p| p.default.clone());
-        Ok(match v.with_context(|| format!("template.yaml: no default for parameter {name}"))? {
-            yaml_serde::Value::String(s) => s,
-            other => yaml_serde::to_string(&other)?.trim().to_string(),
+        Ok(match &t["Parameters"][name]["Default"] {
+            Value::Null => bail!("template.yaml: no default for parameter {name}"),
+            Value::String(s) => s.clone(),
+            other => yaml_serde::to_string(other)?.trim().to_string(),
         })
     };
     Ok(Settings {
@@ -110,46 +94,11 @@ pub fn defaults() -> Result<Settings> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use yaml_serde::Value;
 
-    fn template() -> Value {
-        yaml_serde::from_str(&std::fs::read_to_string(root().join("template.yaml")).unwrap())
-            .unwrap()
-    }
-
-    fn text(v: &Value) -> String {
+    /// The value at a dotted path (a number indexes a sequence), as YAML text.
+    fn at(t: &Value, path: &str) -> String {
+        let v = path.split('.').fold(t, |v, k| k.parse::<usize>().map_or(&v[k], |i| &v[i]));
         yaml_serde::to_string(v).unwrap()
-    }
-
-    #[test]
-    fn template_defaults_are_read_despite_intrinsic_tags() {
-        let d = defaults().unwrap();
-        assert!(d.memory_mb >= 128 && d.timeout_s >= 1 && d.cpus.is_none(), "{d:?}");
-    }
-
-    #[test]
-    fn the_role_may_only_write_its_own_log_streams() {
-        let t = template();
-        let r = t["Resources"].as_mapping().unwrap();
-        let roles: Vec<_> = r.iter().filter(|(_, v)| v["Type"] == "AWS::IAM::Role").collect();
-        assert_eq!(roles.len(), 1);
-        let role = &roles[0].1["Properties"];
-        assert!(role.get("ManagedPolicyArns").is_none());
-        let policies = role["Policies"].as_sequence().unwrap();
-        let statements = policies[0]["PolicyDocument"]["Statement"].as_sequence().unwrap();
-        assert_eq!((policies.len(), statements.len()), (1, 1));
-        let s = &statements[0];
-        assert_eq!(s["Effect"], "Allow");
-        let actions: Vec<&str> =
-            s["Action"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-        assert_eq!(actions, ["logs:CreateLogStream", "logs:PutLogEvents"]);
-        // !GetAtt FraudScoreLogGroup.Arn: the group's streams, nothing else.
-        assert!(text(&s["Resource"]).contains("FraudScoreLogGroup.Arn"), "{:?}", s["Resource"]);
-        // The function uses this role (SAM would otherwise make its own, with a managed policy).
-        let function = &r[FUNCTION]["Properties"];
-        assert!(text(&function["Role"]).contains("FraudScoreRole.Arn"));
-        assert!(text(&function["LoggingConfig"]).contains("FraudScoreLogGroup"));
-        assert_eq!(function["LoggingConfig"]["LogFormat"], "JSON");
     }
 
     /// `v` with template.yaml's intrinsics (!Ref, !If, !Not, !Equals) resolved for `params`
@@ -173,9 +122,59 @@ mod tests {
     }
 
     #[test]
+    fn the_template_keeps_its_defaults_role_and_one_bounded_endpoint() {
+        let d = defaults().unwrap();
+        assert!(d.memory_mb >= 128 && d.timeout_s >= 1 && d.cpus.is_none(), "{d:?}");
+        let t = template().unwrap();
+        let r = t["Resources"].as_mapping().unwrap();
+        let of_type = |kind: &str| r.iter().filter(|(_, v)| v["Type"] == kind).count();
+        let conditional = |cond: &str| r.iter().filter(|(_, v)| v["Condition"] == cond).count();
+        assert_eq!((of_type("AWS::IAM::Role"), of_type("AWS::Lambda::Url")), (1, 1));
+        assert_eq!(["WithHttpApi", "WithAlarms", "PublicUrl"].map(conditional), [6, 3, 2]);
+        // Everything that makes a second endpoint or invokes the function from elsewhere is
+        // behind a condition; the Function URL is the only unconditional endpoint.
+        for (_, v) in r.iter() {
+            let kind = v["Type"].as_str().unwrap();
+            let gated = kind.starts_with("AWS::ApiGateway") || kind == "AWS::Lambda::Permission";
+            assert!(!gated || v.get("Condition").is_some(), "{v:?}");
+        }
+        let (f, role, stage) = (
+            "Resources.FraudScoreFunction.Properties",
+            "Resources.FraudScoreRole.Properties",
+            "Resources.FraudScoreHttpApiStage.Properties.DefaultRouteSettings",
+        );
+        let statement = format!("{role}.Policies.0.PolicyDocument.Statement");
+        // (path, what its YAML text holds): the role may only write its own log streams (no
+        // managed policy; !GetAtt FraudScoreLogGroup.Arn), the function uses it (SAM would
+        // otherwise make its own) and has no event of its own.
+        let holds = [
+            (format!("{f}.Role"), "FraudScoreRole.Arn"),
+            (format!("{f}.LoggingConfig.LogGroup"), "FraudScoreLogGroup"),
+            (format!("{f}.LoggingConfig.LogFormat"), "JSON"),
+            (format!("{f}.ReservedConcurrentExecutions"), "ReservedConcurrency"),
+            (format!("{f}.Events"), "null"),
+            (format!("{f}.FunctionUrlConfig"), "null"),
+            (format!("{role}.ManagedPolicyArns"), "null"),
+            (format!("{role}.Policies.1"), "null"),
+            (format!("{statement}.1"), "null"),
+            (format!("{statement}.0.Effect"), "Allow"),
+            (format!("{statement}.0.Action"), "- logs:CreateLogStream\n- logs:PutLogEvents\n"),
+            (format!("{statement}.0.Resource"), "FraudScoreLogGroup.Arn"),
+            (format!("{stage}.ThrottlingBurstLimit"), "HttpApiThrottlingBurstLimit"),
+            (format!("{stage}.ThrottlingRateLimit"), "HttpApiThrottlingRateLimit"),
+            ("Resources.FraudScoreUrl.Properties.AuthType".into(), "FunctionUrlAuthType"),
+            ("Parameters.EnableHttpApi.Default".into(), "false"),
+            ("Parameters.EnableAlarms.Default".into(), "false"),
+        ];
+        for (path, want) in holds {
+            assert!(at(&t, &path).contains(want), "{path}: {}", at(&t, &path));
+        }
+    }
+
+    #[test]
     fn the_default_deploys_on_an_account_with_a_limit_of_10() {
         use super::super::preflight::{advice, Limit};
-        let t = template();
+        let t = template().unwrap();
         let reserved = &t["Resources"][FUNCTION]["Properties"]["ReservedConcurrentExecutions"];
         assert_eq!(t["Parameters"]["ReservedConcurrency"]["Default"], Value::from(-1));
         // -1 resolves to AWS::NoValue: no reservation, nothing the account must leave free.
@@ -183,37 +182,5 @@ mod tests {
         assert_eq!(resolve(&t, reserved, &[("ReservedConcurrency", 5)]), Some(Value::from(5)));
         let ten = Limit { concurrent_executions: 10, unreserved_concurrent_executions: 10 };
         assert_eq!(advice(&ten).0, None, "an account of 10 allows no reservation: only -1 deploys");
-    }
-
-    #[test]
-    fn one_bounded_public_endpoint_by_default() {
-        let t = template();
-        let (params, r) = (&t["Parameters"], t["Resources"].as_mapping().unwrap());
-        assert!(
-            params["EnableHttpApi"]["Default"] == "false"
-                && params["EnableAlarms"]["Default"] == "false"
-        );
-        let conditional = |cond: &str| r.iter().filter(|(_, v)| v["Condition"] == cond).count();
-        // Everything that makes a second endpoint or invokes the function from elsewhere is
-        // behind a condition; the Function URL is the only unconditional endpoint.
-        for (_, v) in r.iter() {
-            let kind = v["Type"].as_str().unwrap();
-            if kind.starts_with("AWS::ApiGateway") || kind == "AWS::Lambda::Permission" {
-                assert!(v.get("Condition").is_some(), "{v:?}");
-            }
-        }
-        assert_eq!(
-            [conditional("WithHttpApi"), conditional("WithAlarms"), conditional("PublicUrl")],
-            [6, 3, 2]
-        );
-        let urls: Vec<_> = r.iter().filter(|(_, v)| v["Type"] == "AWS::Lambda::Url").collect();
-        assert_eq!(urls.len(), 1);
-        assert!(text(&urls[0].1["Properties"]["AuthType"]).contains("FunctionUrlAuthType"));
-        let function = &r[FUNCTION]["Properties"];
-        assert!(function.get("Events").is_none() && function.get("FunctionUrlConfig").is_none());
-        assert!(text(&function["ReservedConcurrentExecutions"]).contains("ReservedConcurrency"));
-        let stage = &r["FraudScoreHttpApiStage"]["Properties"]["DefaultRouteSettings"];
-        assert!(text(&stage["ThrottlingBurstLimit"]).contains("HttpApiThrottlingBurstLimit"));
-        assert!(text(&stage["ThrottlingRateLimit"]).contains("HttpApiThrottlingRateLimit"));
     }
 }

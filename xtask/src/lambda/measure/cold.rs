@@ -2,11 +2,11 @@
 //! comes from the disk as on a new execution environment; the lazy index against
 //! `FRAUD_PREFAULT=1`, alternated (ABBA), medians per mode.
 
-use super::super::emulator::{Emulator, Settings};
-use super::super::events::{self, Answer, Templates};
+use super::super::emulator::{self, Settings};
+use super::super::events::{self, Case};
 use super::super::sam::{self, Tools};
 use super::super::{logs, package};
-use crate::util::{self, cmd, log, median, ms};
+use crate::util::{self, cmd, log, median};
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -43,20 +43,10 @@ const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration
     warm_duration_sum_ms rss_file_mb";
 
 /// One start, or the medians of a mode's starts.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 struct Start {
     mode: Mode,
     v: [f64; 12],
-}
-
-impl Serialize for Start {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(13))?;
-        m.serialize_entry("mode", &self.mode)?;
-        FIGURES.split_whitespace().zip(self.v).try_for_each(|(k, v)| m.serialize_entry(k, &v))?;
-        m.end()
-    }
 }
 
 #[derive(Serialize)]
@@ -67,6 +57,8 @@ struct Summary {
 
 #[derive(Serialize)]
 struct Batch {
+    /// The names of each start's `v`.
+    figures: &'static str,
     date: String,
     loadavg_before: String,
     queries: usize,
@@ -75,15 +67,14 @@ struct Batch {
     summary: Vec<Summary>,
 }
 
-/// What every start uses: the tools, the package and the queries with their answers.
+/// What every start uses: the tools, the package, and the events with their cases (GET /ready,
+/// then the queries in the Function URL format, the template's default endpoint, twice).
 struct Setup {
     tools: Tools,
     pkg: package::Package,
     want: logs::Init,
     defaults: Settings,
-    ready: Vec<u8>,
-    /// The Function URL event of each query, and the labeller's answer to it.
-    queries: Vec<(Vec<u8>, bool, f64)>,
+    sent: (Vec<Vec<u8>>, Vec<Case>),
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -91,21 +82,11 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     drop_caches().context("dropping the page cache needs root")?;
     let tools = Tools::ensure()?;
-    let pkg = if a.skip_build { package::existing()? } else { package::build()? };
-    let (entries, templates) = (util::test_entries()?, Templates::load()?);
-    // The Function URL format (index 2 of events::SOURCES), the template's default endpoint.
-    let query = |i: usize| {
-        let e = &entries[i];
-        (templates.event(2, e.request.get()), e.expected_approved, e.expected_fraud_score)
-    };
-    let setup = Setup {
-        want: logs::expected(&pkg.index_artifact)?,
-        defaults: sam::defaults()?,
-        ready: events::read_event("function-url/ready.json")?,
-        queries: events::spread(&entries, QUERIES, false).into_iter().map(query).collect(),
-        tools,
-        pkg,
-    };
+    let pkg = package::build(a.skip_build)?;
+    let queries = events::replay(QUERIES, false, |_| 2)?;
+    let sent = [vec![events::ready("function-url")?], queries.clone(), queries].concat();
+    let (want, defaults) = (logs::expected(&pkg.index_artifact)?, sam::defaults()?);
+    let setup = Setup { want, defaults, sent: sent.into_iter().unzip(), tools, pkg };
     let loadavg_before = util::loadavg();
     log!("load average before: {loadavg_before}");
     let mut starts = Vec::new();
@@ -116,7 +97,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
     let (date, bootstrap_sha256) = (util::date(), setup.pkg.sha256.clone());
-    let batch = Batch { date, loadavg_before, queries: QUERIES, bootstrap_sha256, starts, summary };
+    let (names, queries) = (FIGURES, QUERIES);
+    let batch =
+        Batch { figures: names, date, loadavg_before, queries, bootstrap_sha256, starts, summary };
     let table = markdown(&batch);
     println!("{table}");
     if let Some(path) = &a.markdown {
@@ -132,23 +115,15 @@ fn one_start(s: &Setup, i: usize, mode: Mode) -> Result<Start> {
     drop_caches()?;
     let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
     let settings = Settings { prefault, ..s.defaults.clone() };
-    let mut emu = Emulator::start(&s.tools.rie, &s.pkg.dir, &settings, log)?;
-    emu.wait_listening()?;
-    let (raw, first) = emu.invoke(&s.ready)?;
-    ensure!(Answer::parse(&raw)?.status == 200, "GET /ready failed");
-    let mut rtts = Vec::new();
-    for (body, approved, score) in s.queries.iter().chain(&s.queries) {
-        let (raw, rtt) = emu.invoke(body)?;
-        let answer = Answer::parse(&raw)?;
-        let right = events::matches(&answer, *approved, *score);
-        ensure!(right, "wrong answer {answer:?} in start {i} {mode:?}");
-        rtts.push(ms(rtt));
+    let (bodies, cases) = &s.sent;
+    let run = emulator::session(&s.tools.rie, &s.pkg.dir, &settings, log, bodies)?;
+    if let Some(f) = run.answers.iter().zip(cases).find_map(|(a, c)| events::failure(a, c)) {
+        bail!("start {i} {mode:?}: {f}");
     }
-    let rss = emu.bootstrap_memory().map_or(f64::NAN, |m| m.rss_file_kb as f64 / 1024.0);
-    let log = emu.stop()?;
-    let (n, reports) = (s.queries.len(), log.durations_ms.len());
+    let rtts: Vec<f64> = run.answers.iter().flatten().map(|(_, rtt)| *rtt).collect();
+    let (n, log, reports) = (QUERIES, &run.log, run.log.durations_ms.len());
     ensure!(reports == 1 + 2 * n, "{reports} REPORT lines, want {}", 1 + 2 * n);
-    let report = logs::check(&log, &vec![200; 1 + 2 * n], &s.want, prefault);
+    let report = logs::check(log, &vec![200; 1 + 2 * n], &s.want, prefault);
     if let Some(p) = report.problems.first() {
         bail!("start {i} {mode:?}: {p}");
     }
@@ -156,8 +131,9 @@ fn one_start(s: &Setup, i: usize, mode: Mode) -> Result<Start> {
     let boot = report.init.map_or(f64::NAN, |i| i.init_us as f64 / 1000.0);
     let (cold, warm) = (&log.durations_ms[1..=n], log.durations_ms[n + 1..].iter().sum::<f64>());
     let sums = |v: &[f64]| [v[..1].iter().sum::<f64>(), v[..10].iter().sum(), v.iter().sum()];
-    let ([d1, d10, dn], [r1, r10, rn]) = (sums(cold), sums(&rtts[..n]));
-    let v = [init, boot, ms(first), d1, d10, dn, r1, r10, rn, init + dn, warm, rss];
+    let ([d1, d10, dn], [r1, r10, rn]) = (sums(cold), sums(&rtts[1..=n]));
+    let rss = run.memory.map_or(f64::NAN, |m| m.rss_file_mb);
+    let v = [init, boot, rtts[0], d1, d10, dn, r1, r10, rn, init + dn, warm, rss];
     log!("start {} {mode:?}: init {init:.1} ms (bootstrap {boot:.1}), first query {d1:.2} ms, first 10 {d10:.1} ms, first {n} {dn:.1} ms (warm {warm:.1} ms)", i + 1);
     Ok(Start { mode, v })
 }
@@ -227,6 +203,7 @@ mod tests {
             (2, 15.0, 81.0)
         );
         let b = Batch {
+            figures: FIGURES,
             date: "2026-11-30".into(),
             loadavg_before: "0.5".into(),
             queries: 100,

@@ -3,9 +3,9 @@
 //! which would shadow the real image for every project. start-api serves a copy of the built
 //! template with two HttpApi events; the deployed template keeps its one endpoint.
 
-use super::super::events::{self, Answer, Case};
+use super::super::events::{self, Answer};
 use super::super::sam::{Tools, FUNCTION};
-use crate::util::{self, cmd, log, ScratchImage};
+use crate::util::{self, log, ScratchImage};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -14,31 +14,13 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args)]
 pub struct Args {
     /// Events to invoke (paths below events/).
-    #[arg(default_values_t = [
-        "apigw-v2/legit.json".to_string(),
-        "apigw-v2/fraud.json".to_string(),
-        "function-url/malformed.json".to_string(),
-        "alb/ready.json".to_string(),
-    ])]
+    #[arg(default_values = ["apigw-v2/legit.json", "apigw-v2/fraud.json", "function-url/malformed.json", "alb/ready.json"])]
     events: Vec<String>,
-    /// Pull AWS's base image (needs a registry that answers) instead of the stand-in.
-    #[arg(long)]
-    pull_base: bool,
 }
 
-/// The stand-in's tag, and AWS's public base image of provided.al2023 on x86_64.
-pub const STAND_IN: &str = "fraud-lambda-base:local";
-const PUBLIC: &str = "public.ecr.aws/lambda/provided:al2023-x86_64";
-
-/// What `sam local invoke|start-api` are told of the base image: the stand-in, never pulled, or
-/// (`pull`) sam's default, AWS's image pulled.
-fn base_args(pull: bool) -> &'static [&'static str] {
-    if pull {
-        &[]
-    } else {
-        &["--skip-pull-image", "--invoke-image", STAND_IN]
-    }
-}
+/// The stand-in's tag, and what `sam local invoke|start-api` are told of it (never pulled).
+const STAND_IN: &str = "fraud-lambda-base:local";
+const BASE: [&str; 3] = ["--skip-pull-image", "--invoke-image", STAND_IN];
 
 #[derive(Serialize)]
 struct Invoked {
@@ -51,11 +33,7 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     let tools = Tools::ensure()?;
     util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
-    match a.pull_base {
-        true => util::run(&cmd!("docker", "pull", PUBLIC))
-            .context("--pull-base: no registry answers; leave it out to use the stand-in")?,
-        false => stand_in_image()?,
-    }
+    stand_in_image()?;
     let sha = util::sha256_file(&tools.build()?)?;
     let (cases, log) = (events::cases()?, util::xtask_dir("lambda")?.join("sam-local.log"));
     let mut results = Vec::new();
@@ -64,33 +42,33 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("{event} is not in events/expected.tsv"))?;
         let path = events::events_dir().join(event).display().to_string();
         let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
-        let args = [&fixed[..], base_args(a.pull_base), &["--event"]].concat();
-        let out = util::read(&tools.sam(&[&args[..], &[&path]].concat()).stderr_path(&log));
-        let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
-        let out = out.and_then(|out| Answer::parse(out.trim().as_bytes()));
-        let detail = judge(case, out.map_err(|e| format!("{e:#}; sam's log: {}", sam_log())));
-        let (ok, detail) = (detail.is_ok(), detail.unwrap_or_else(|e| e));
+        let args = [&fixed[..], &BASE, &["--event", &path]].concat();
+        let out = util::read(&tools.sam(&args).stderr_path(&log));
+        let (ok, detail) = match out.and_then(|out| Answer::parse(out.trim().as_bytes())) {
+            Ok(a) => {
+                a.mismatch(case).map_or((true, format!("{} {}", a.status, a.body)), |m| (false, m))
+            }
+            Err(e) => (
+                false,
+                format!("{e:#}; sam's log: {}", std::fs::read_to_string(&log).unwrap_or_default()),
+            ),
+        };
         log!("{}: {event}: {detail}", if ok { "ok" } else { "FAILED" });
         results.push(Invoked { event: event.clone(), ok, detail });
     }
     let (passed, n) = (results.iter().filter(|r| r.ok).count(), results.len());
-    let api = start_api(&tools, a.pull_base);
+    let api = start_api(&tools);
     let api_ok = api.is_ok();
     let api = api.unwrap_or_else(|e| format!("FAILED: {e:#}"));
     let s = t.elapsed().as_secs_f64();
     let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}); sam local start-api: {api}; {s:.0} s");
-    let ok = passed == n && api_ok;
-    util::verdict(
-        "lambda sam-local",
-        ok,
-        &figures,
-        &serde_json::json!({"invoked": results, "start_api": api}),
-    )
+    let detail = serde_json::json!({"invoked": results, "start_api": api});
+    util::verdict("lambda sam-local", passed == n && api_ok, &figures, &detail)
 }
 
 /// `sam local start-api` on a free loopback port with the built template plus two HttpApi
 /// events: `GET /ready` must answer 200, a `POST /fraud-score` 200 with a decision.
-fn start_api(tools: &Tools, pull: bool) -> Result<String> {
+fn start_api(tools: &Tools) -> Result<String> {
     let build = util::root().join(".aws-sam/build");
     let mut t: yaml_serde::Value =
         yaml_serde::from_str(&std::fs::read_to_string(build.join("template.yaml"))?)?;
@@ -101,7 +79,7 @@ fn start_api(tools: &Tools, pull: bool) -> Result<String> {
     std::fs::write(&template, yaml_serde::to_string(&t)?)?;
     let port = super::super::emulator::free_port()?.port().to_string();
     let fixed = ["local", "start-api", "--host", "127.0.0.1", "--port", &port, "--template"];
-    let args = [&fixed[..], &[template.to_str().context("path")?], base_args(pull)].concat();
+    let args = [&fixed[..], &[template.to_str().context("path")?], &BASE].concat();
     let log = util::xtask_dir("lambda")?.join("start-api.log");
     let sam = util::to_log(tools.sam(&args), &log).unchecked().start()?;
     let (agent, url) =
@@ -136,12 +114,6 @@ fn start_api(tools: &Tools, pull: bool) -> Result<String> {
     Ok(format!("GET /ready 200 {ready}, POST /fraud-score {status} {body} on 127.0.0.1:{port}"))
 }
 
-/// `status body` of an answer that meets `case`, or why not.
-fn judge(case: &Case, answer: Result<Answer, String>) -> Result<String, String> {
-    let a = answer?;
-    a.mismatch(case).map_or_else(|| Ok(format!("{} {}", a.status, a.body)), Err)
-}
-
 /// Builds the stand-in for the Lambda base image, [`STAND_IN`], unless it exists.
 fn stand_in_image() -> Result<()> {
     let image = STAND_IN;
@@ -171,15 +143,13 @@ fn stand_in_image() -> Result<()> {
             fs.file(&format!("lib64/{lib}"), &src, 0o755);
         }
     }
-    fs.text(
-        "etc/passwd",
-        "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n",
-    )
-    .text("etc/group", "root:x:0:\nsbx_user1051:x:990:\n")
-    .text(
-        "etc/os-release",
-        "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n",
-    );
+    for (path, text) in [
+        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n"),
+        ("etc/group", "root:x:0:\nsbx_user1051:x:990:\n"),
+        ("etc/os-release", "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n"),
+    ] {
+        fs.text(path, text);
+    }
     let base = util::root().join("docker/lambda-base");
     fs.file("lambda-entrypoint.sh", &base.join("lambda-entrypoint.sh"), 0o755);
     // The Dockerfile copies a directory `rootfs/`: the archive is unpacked into it.
@@ -193,31 +163,4 @@ fn stand_in_image() -> Result<()> {
     util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use events::Expect;
-
-    #[test]
-    fn an_answer_is_judged_against_its_case() {
-        let case = Case {
-            event: "alb/ready.json".into(),
-            status: 200,
-            expect: Expect::Json(serde_json::json!({"ready": true})),
-        };
-        let answer = |status, body: &str| Ok(events::answer(status, body));
-        assert_eq!(
-            judge(&case, answer(200, r#"{"ready":true}"#)),
-            Ok(r#"200 {"ready":true}"#.into())
-        );
-        assert!(judge(&case, answer(503, r#"{"ready":false}"#)).unwrap_err().contains("got 503"));
-        assert_eq!(judge(&case, Err("no answer".into())), Err("no answer".into()));
-        assert_eq!(
-            base_args(false),
-            ["--skip-pull-image", "--invoke-image", "fraud-lambda-base:local"]
-        );
-        assert!(base_args(true).is_empty());
-    }
 }
