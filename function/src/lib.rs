@@ -22,6 +22,7 @@
 
 pub mod decision;
 pub mod handler;
+mod hint;
 #[cfg(feature = "embedded-index")]
 pub mod index;
 pub mod payload;

@@ -6,31 +6,36 @@
 //! bodies this small; this scanner takes parse + vectorize from ~704 to ~630 ns at p50 (haswell
 //! build, one core, the public set: docs/results/2026-12-01-search.md).
 //!
+//! It reads bytes and accepts only ASCII, so a body it answers is valid UTF-8 without the
+//! separate UTF-8 pass [`super::parse`] makes before serde: that pass was the first touch of a
+//! cold body and ~45 ns at p50 (docs/results/2026-12-01-parse.md).
+//!
 //! The contract, checked by the `payload` fuzz target and the tests below: whenever this
-//! returns `Some(p)`, the serde path returns `Ok(p)` for the same text. It therefore gives up on
-//! every case where the two could differ: a string with an escape or a control character (serde
-//! unescapes or refuses), a key written with an escape, a known key twice (serde refuses), an
-//! unknown field whose value is an object or an array, a number outside JSON's grammar or not
-//! finite as a double, an object written as an array, a missing field, trailing characters. A
+//! returns `Some(p)`, the body is ASCII and the serde path returns `Ok(p)` for the same text. It
+//! therefore gives up on every case where the two could differ: a string with an escape, a
+//! control character or a byte outside ASCII (serde unescapes, refuses or checks it), a key
+//! written with an escape, a known key twice (serde refuses), an unknown field whose value is an
+//! object or an array, a number outside JSON's grammar or not finite as a double, an object
+//! written as an array, a missing field, trailing characters. A
 //! number is converted by the standard library, which rounds correctly, like serde_json.
 
 use super::{BorrowedStr, Customer, KnownMerchants, LastTransaction, Merchant, Payload};
 use super::{Terminal, Transaction};
 use std::borrow::Cow;
 
-/// Parses `text` if it has the plain shape, else `None`.
-pub(super) fn parse(text: &str) -> Option<Payload<'_>> {
-    let mut c = Cursor { s: text, i: 0 };
+/// Parses `body` if it is ASCII and has the plain shape, else `None`.
+pub(super) fn parse(body: &[u8]) -> Option<Payload<'_>> {
+    let mut c = Cursor { b: body, i: 0 };
     let mut p = Payload::default();
     c.payload(&mut p)?;
     c.ws();
-    (c.i == text.len()).then_some(p)
+    (c.i == body.len()).then_some(p)
 }
 
-/// The first byte of `b` that ends a plain string: a quote, a backslash or a control character.
-/// Eight bytes at a time: for each test the lowest flagged byte of a word is exact (the usual
-/// has-zero-byte trick can only flag bytes above a true one wrongly), so the lowest flag of
-/// their union is the first stop.
+/// The first byte of `b` that ends a plain string: a quote, a backslash, a control character or
+/// a byte outside ASCII. Eight bytes at a time: for each test the lowest flagged byte of a word
+/// is exact (the usual has-zero-byte trick can only flag bytes above a true one wrongly), so the
+/// lowest flag of their union is the first stop.
 fn stop(b: &[u8]) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
@@ -40,7 +45,8 @@ fn stop(b: &[u8]) -> Option<usize> {
         let x = u64::from_le_bytes(chunk.try_into().unwrap());
         let flags = zero(x ^ (LO * b'"' as u64))
             | zero(x ^ (LO * b'\\' as u64))
-            | (x.wrapping_sub(LO * 0x20) & !x & HI);
+            | (x.wrapping_sub(LO * 0x20) & !x & HI)
+            | (x & HI);
         if flags != 0 {
             return Some(i + flags.trailing_zeros() as usize / 8);
         }
@@ -48,18 +54,27 @@ fn stop(b: &[u8]) -> Option<usize> {
     }
     b[i..]
         .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20 || c >= 0x80)
         .map(|p| i + p)
 }
 
+/// `b[..len]` as text, for a `len` that [`stop`] returned: every byte before a stop is ASCII.
+fn ascii(b: &[u8], len: usize) -> &str {
+    let b = &b[..len];
+    debug_assert!(b.is_ascii());
+    // SAFETY: `stop` flags every byte >= 0x80 and `len` is the first flagged one, so `b` is
+    // ASCII, which is valid UTF-8.
+    unsafe { std::str::from_utf8_unchecked(b) }
+}
+
 struct Cursor<'a> {
-    s: &'a str,
+    b: &'a [u8],
     i: usize,
 }
 
 impl<'a> Cursor<'a> {
     fn bytes(&self) -> &'a [u8] {
-        self.s.as_bytes()
+        self.b
     }
 
     fn peek(&self) -> Option<u8> {
@@ -78,7 +93,7 @@ impl<'a> Cursor<'a> {
         (self.peek()? == c).then(|| self.i += 1)
     }
 
-    /// A string without escapes or control characters, borrowed.
+    /// An ASCII string without escapes or control characters, borrowed.
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
@@ -88,8 +103,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         self.i = start + len + 1;
-        // The body is valid UTF-8 and a quote is never inside a multi-byte sequence.
-        Some(&self.s[start..start + len])
+        Some(ascii(rest, len))
     }
 
     /// A number in JSON's grammar, `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`, finite.
@@ -155,7 +169,8 @@ impl<'a> Cursor<'a> {
             let v = m as f64 / POW10[frac];
             return Some(if negative { -v } else { v });
         }
-        let v: f64 = self.s[start..i].parse().ok()?;
+        // The grammar above let only ASCII digits, signs, '.' and 'e' through.
+        let v: f64 = std::str::from_utf8(&b[start..i]).ok()?.parse().ok()?;
         v.is_finite().then_some(v)
     }
 

@@ -18,7 +18,8 @@
 //!    5th distance are known; only if such a tie crosses the 5th place are the tied ones ordered
 //!    by the labeller's own f64 formula, then by index. That fixes which 5 are taken, so the
 //!    vote. [`Searcher::nearest`] also lists equal D inside the 5 in the labeller's order (f64,
-//!    then index); [`Searcher::frauds`] needs only the set and skips it.
+//!    then index); [`Searcher::frauds`] needs only the set and skips it, and when no tie
+//!    crosses 5th place it counts the running top 5 without ordering anything.
 //! 4. **The vote, not the neighbours** ([`Searcher::frauds`]). Let `T` be the top 5 of what was
 //!    scanned so far, counted with every candidate tied at `t`, and for a label X let
 //!    `bound(X)` be the largest distance of a candidate *of the other label* in `T` (-1 if
@@ -47,6 +48,7 @@ mod kernels;
 pub use kernels::Avx2;
 pub use kernels::{Kernels, Prepared, Scalar};
 
+use crate::hint::prefetch;
 use index_pack::codec;
 use index_pack::format::{
     ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef, F16Group, I16Group, BLOCK_BIT,
@@ -181,7 +183,13 @@ impl<'a> Searcher<'a> {
 
     /// As [`Searcher::frauds`], with work counters.
     pub fn frauds_with_stats(&self, q: &[i16; DIMS]) -> (usize, Stats) {
-        self.with_answer(q, self.params.park, |s| {
+        self.with_search(q, self.params.park, |s| {
+            // Without a tie across 5th place the 5 are those of `best`, whatever their order:
+            // the candidates need no ordering (nor their ids, which the ordering reads).
+            if s.tied == 0 {
+                return (s.best.iter().filter(|b| b.1).count(), s.stats);
+            }
+            s.finish(self.index, q);
             let frauds = s
                 .cands
                 .iter()
@@ -194,7 +202,8 @@ impl<'a> Searcher<'a> {
 
     /// As [`Searcher::nearest`], with work counters.
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
-        self.with_answer(q, false, |s| {
+        self.with_search(q, false, |s| {
+            s.finish(self.index, q);
             let mut top: Vec<Cand> = s.cands.iter().take(K).copied().collect();
             // Equal fixed-point distances inside the 5 (a tie across 5th place is already in
             // the labeller's order): the labeller lists them by f64 distance, then file order.
@@ -221,8 +230,8 @@ impl<'a> Searcher<'a> {
         })
     }
 
-    /// Runs the search in this thread's scratch and hands the ordered candidates to `f`.
-    fn with_answer<R>(&self, q: &[i16; DIMS], park: bool, f: impl FnOnce(&Scratch) -> R) -> R {
+    /// Runs the search in this thread's scratch and hands it to `f`.
+    fn with_search<R>(&self, q: &[i16; DIMS], park: bool, f: impl FnOnce(&mut Scratch) -> R) -> R {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let walk = Walk {
@@ -236,8 +245,7 @@ impl<'a> Searcher<'a> {
                 // SAFETY: `k` exists only if the CPU has AVX2, FMA and F16C.
                 Simd::Avx2(k) => unsafe { search_avx2(k, self.index, walk, q, &mut s) },
             }
-            s.finish(self.index, q);
-            f(&s)
+            f(&mut s)
         })
     }
 
@@ -701,23 +709,6 @@ fn prefetch_child(index: &ArchivedIndex, child: ChildRef) {
     }
 }
 
-/// Prefetches every cache line of `data` into all cache levels.
-#[inline(always)]
-fn prefetch<T>(data: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = data.as_ptr() as *const i8;
-        for off in (0..std::mem::size_of_val(data)).step_by(64) {
-            // SAFETY: a prefetch never faults and has no architectural effect; the address is
-            // inside `data` anyway. SSE is part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
-}
-
 /// Scans the rows of a block whose box passed; `c` is its partition's key constant.
 #[inline(always)]
 fn scan_block<S: Kernels>(
@@ -748,8 +739,11 @@ fn scan_block<S: Kernels>(
             // Slots past the block's rows pad its last group; the check needs no id load. The
             // threshold may have fallen since the mask was taken.
             if slot < end && d[r] <= s.threshold() {
-                // Its id is read when the candidates are ordered: start loading it now.
-                prefetch(&index.ids[slot..slot + 1]);
+                // Its id is read when the candidates are ordered, which the neighbour path
+                // always does (the vote only after a tie across 5th place): start loading it.
+                if !s.park {
+                    prefetch(&index.ids[slot..slot + 1]);
+                }
                 s.offer(d[r], slot as u32, fraud);
             }
         }
