@@ -323,8 +323,8 @@ struct Scratch {
     offered: u32,
     /// Whether this walk parks (the vote) or proves the 5 neighbours.
     park: bool,
-    /// The bound a subtree is opened under, by label (legit, fraud): [`Scratch::vote_bound`]
-    /// when parking, else the threshold. Kept current by `offer`.
+    /// The bound a subtree is opened under, by label (legit, fraud): the vote's bound when
+    /// parking, else the threshold. Kept current by `offer` ([`Scratch::update_bounds`]).
     open_bound: [i32; 2],
     /// The smallest box bound among parked subtrees, by label (i32::MAX when none).
     parked_min: [i32; 2],
@@ -356,37 +356,37 @@ impl Scratch {
         self.best[K - 1].0
     }
 
-    /// How near a reference labelled `fraud` must be to change the vote: the largest distance
-    /// of an other-label candidate among the 5 and the ties at 5th place (module docs, item 4).
-    #[inline]
-    fn vote_bound(&self, fraud: bool) -> i32 {
-        let t = self.threshold();
-        if t == i32::MAX || self.tied & label_bit(!fraud) != 0 {
-            return t;
-        }
-        self.best
-            .iter()
-            .filter(|b| b.1 != fraud)
-            .map(|b| b.0)
-            .max()
-            .unwrap_or(-1)
-    }
-
     /// The bound a subtree of this label is opened under.
     #[inline(always)]
     fn bound(&self, fraud: bool) -> i32 {
         self.open_bound[fraud as usize]
     }
 
+    /// Sets `open_bound`. When parking, the bound of label X is how near a reference of label X
+    /// must be to change the vote: the largest distance of an other-label candidate among the 5
+    /// and the ties at 5th place (module docs, item 4), -1 if there is none; both labels in one
+    /// pass over the 5.
     fn update_bounds(&mut self) {
-        self.open_bound = if self.park {
-            [self.vote_bound(false), self.vote_bound(true)]
-        } else {
-            [self.threshold(); 2]
+        let t = self.threshold();
+        if !self.park || t == i32::MAX {
+            self.open_bound = [t; 2];
+            return;
+        }
+        let mut largest = [-1; 2];
+        for &(d, fraud) in &self.best {
+            largest[fraud as usize] = largest[fraud as usize].max(d);
+        }
+        let other = |fraud: bool| {
+            if self.tied & label_bit(!fraud) != 0 {
+                t
+            } else {
+                largest[!fraud as usize]
+            }
         };
+        self.open_bound = [other(false), other(true)];
     }
 
-    #[inline(never)]
+    #[inline]
     fn offer(&mut self, dist: i32, slot: u32, fraud: bool) {
         self.offered += 1;
         let t = self.threshold();
