@@ -9,7 +9,7 @@ use super::load::{wait_all_up, wait_traffic, Session};
 use super::probe::{Sample, State};
 use super::Common;
 use crate::util::{self, log};
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -159,8 +159,9 @@ fn kill_under_load(
     std::thread::sleep(Duration::from_millis(
         (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms()),
     ));
-    let (pid, t) = (inspect(&s.compose.id(victim)?)?.state.pid, util::now_ms());
-    util::signal(pid, nix::sys::signal::SIGKILL)?;
+    let pid = inspect(&s.compose.id(victim)?)?["State"]["Pid"].as_u64().context("no pid")?;
+    let t = util::now_ms();
+    util::signal(pid as u32, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
     if !status.success() {

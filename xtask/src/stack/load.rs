@@ -9,7 +9,7 @@ use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_rea
 use super::probe::{Config, Monitor, State};
 use super::{check, Common, Shape};
 use crate::util::{self, log};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -100,9 +100,10 @@ impl Session {
         }
         let watched = compose.services()?.into_iter().map(|svc| {
             let i = inspect(&compose.id(&svc)?)?;
-            let cg = Cgroup::of(&i.id)?;
+            let id = i["Id"].as_str().context("no container id")?.to_string();
+            let cg = Cgroup::of(&id)?;
             cg.reset_peak()?;
-            Ok((svc, i.id, cg.clone(), cg.snapshot()?, i.restart_count))
+            Ok((svc, id, cg.clone(), cg.snapshot()?, restart_count(&i)))
         });
         let (watched, started) = (watched.collect::<Result<_>>()?, util::stamp());
         let base = util::xtask_dir("stack")?.join(format!("{started}-{name}"));
@@ -132,9 +133,12 @@ impl Session {
         let each = self.watched.iter().map(|(service, id, cg, before, restarts)| {
             let (i, service, before, after) =
                 (inspect(id)?, service.clone(), *before, cg.snapshot()?);
-            let (cpus, restarts) =
-                (i.host_config.nano_cpus as f64 / 1e9, i.restart_count - restarts);
-            let (oom_killed, running) = (i.state.oom_killed, i.state.running);
+            let (cpus, restarts) = (
+                i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9,
+                restart_count(&i) - restarts,
+            );
+            let (oom_killed, running) =
+                (i["State"]["OOMKilled"] == true, i["State"]["Running"] == true);
             Ok(Container { service, cpus, before, after, restarts, oom_killed, running })
         });
         each.collect()
@@ -149,6 +153,10 @@ impl Session {
         util::write_json(&self.base.with_extension("json"), &report)?;
         util::verdict(&format!("stack {gate}"), self.problems.is_empty(), figures, &report)
     }
+}
+
+fn restart_count(inspect: &serde_json::Value) -> u32 {
+    inspect["RestartCount"].as_u64().unwrap_or(0) as u32
 }
 
 /// Readiness: each API's own `/ready` on its socket, `/ready` through HAProxy, every server UP;
