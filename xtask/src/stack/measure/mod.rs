@@ -107,7 +107,7 @@ impl Configuration {
     /// The compose project, with `extra` (the batch's `-f` files) where it applies.
     fn compose(&self, extra: &[PathBuf]) -> Compose {
         match self {
-            Configuration::Floor => Compose::floor(&[]),
+            Configuration::Floor => Compose::floor(),
             Configuration::Stack => Compose::stack(extra),
             Variant(n) => Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat()),
             External(n) => Compose::external(&n.name, &n.file),
