@@ -1,5 +1,4 @@
-//! A container's cgroup v1 counters (this machine: cgroupfs driver): memory peak (resettable),
-//! `memory.failcnt`, OOM kills, CPU time and CFS throttling.
+//! A container's cgroup v1 counters (cgroupfs driver): memory, OOM kills, CPU and throttling.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -26,7 +25,6 @@ pub struct Snapshot {
 }
 
 impl Cgroup {
-    /// The container's directories (`/sys/fs/cgroup/<controller>/docker/<id>`: cgroupfs driver).
     pub fn of(id: &str) -> Result<Cgroup> {
         let find = |ctl: &str| {
             let base = Path::new("/sys/fs/cgroup").join(ctl);
@@ -61,7 +59,7 @@ impl Cgroup {
         number(&read(&self.memory.join("memory.usage_in_bytes")).ok()?).ok()
     }
 
-    /// Resets the peak (and the limit-hit count), so that the next reading is this run's.
+    /// Resets the peak and failcnt, so that the next reading is this run's.
     pub fn reset_peak(&self) -> Result<()> {
         for p in ["memory.max_usage_in_bytes", "memory.failcnt"].map(|f| self.memory.join(f)) {
             std::fs::write(&p, "0").with_context(|| format!("cannot reset {}", p.display()))?;

@@ -1,7 +1,5 @@
-//! `cargo xtask stack chaos`: SIGKILL of each victim under steady load (docs/RESILIENCE.md).
-//! One k6 run per kill, so that each victim holds half of k6's keep-alive connections when it
-//! dies (after a kill, mode tcp leaves every one on the survivor); the monitor's `/ready` through
-//! HAProxy uses a new connection, as only new ones reach a restarted server.
+//! `cargo xtask stack chaos`: SIGKILL of each API under load (docs/RESILIENCE.md), one k6 run per
+//! kill so that each victim holds half of the keep-alive connections when it dies.
 
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
@@ -26,8 +24,7 @@ pub struct Args {
 const VICTIMS: [&str; 2] = ["api1", "api2"];
 const SECONDS: u32 = 30;
 const FIRST_KILL_S: u64 = 10;
-/// Most failed requests allowed per kill, and the longest time allowed from the victim's own
-/// `/ready` 200 to HAProxy sending it sessions.
+/// Most failed requests per kill, and most ms from the victim's `/ready` 200 to its sessions.
 const MAX_FAILED: usize = 10;
 const MAX_ROTATION_MS: u64 = 3000;
 /// A request may start a little before the kill command returns and still die with the victim.
@@ -56,7 +53,7 @@ impl KillReport {
     }
 }
 
-/// Lines the samples and failures (already attributed to it) up with one kill of `victim` at `t_kill`.
+/// Lines the samples and failures up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
     let status = |s: &Sample| s.server(victim).map(|v| v.status.clone());
@@ -69,9 +66,8 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     let down = from(Some(0), &|s| matches!(status(s), Some(State::Out(_))));
     let back = from(from(Some(0), &|s| !ready(s)), &ready);
     let up = from(down, &is_up);
-    // Sessions HAProxy gave it while out (between DOWN and UP), and the first sample from its
-    // own /ready 200 on where it is UP and its session count grows (when HAProxy never marked it
-    // DOWN, that is the only sign that it serves again).
+    // Sessions given it while out, and the first UP sample after its /ready 200 where its
+    // sessions grow (the only sign it serves again when HAProxy never marked it DOWN).
     let leak = down
         .zip(up)
         .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
@@ -139,8 +135,7 @@ pub fn run(a: Args) -> Result<()> {
     s.finish("chaos", &figures, report)
 }
 
-/// One k6 run with `victim` killed `FIRST_KILL_S` seconds into it: the kill's time, the failed
-/// requests k6 logged and its summary.
+/// One k6 run with `victim` killed `FIRST_KILL_S` s in: the kill's time, failures, summary.
 fn kill_under_load(
     rate: u32,
     s: &mut Session,
@@ -170,8 +165,7 @@ fn kill_under_load(
     Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
 
-/// The gate's problems: too many failures per kill, no restart, slow or no return to rotation,
-/// failures before any kill, any wrong answer.
+/// Too many failures per kill, no restart, slow return to rotation, early failures, wrong answers.
 fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary]) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reports {

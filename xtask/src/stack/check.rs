@@ -1,6 +1,5 @@
-//! The contest rules and least privilege (docs/RESILIENCE.md) on `docker-compose config` and,
-//! on a running stack, on what Docker applied and what /proc says of each main process; a
-//! submission ([`pinned`]) also names every image by digest, each here as linux/amd64.
+//! The contest rules and least privilege (docs/RESILIENCE.md) on the compose config, and on a
+//! running stack on what Docker and /proc say; a submission's images [`pinned`] too.
 
 use super::compose::{image_inspect, inspect, Compose};
 use crate::util::log;
@@ -127,8 +126,7 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     (first.chain(ports).chain(last).collect(), Some((c, m, line)))
 }
 
-/// An image reference as a registry serves it: `[host[:port]/]path[:tag][@sha256:<64 hex>]`,
-/// lowercase path components, a tag or a digest given; returns whether it has the digest.
+/// Whether a pullable `[host[:port]/]path[:tag][@sha256:<64 hex>]` has the digest.
 pub fn reference(image: &str) -> Option<bool> {
     let (rest, digest) = image.split_once('@').map_or((image, None), |(r, d)| (r, Some(d)));
     let host = |h: &&str| h.contains(['.', ':']) || *h == "localhost";
@@ -145,8 +143,7 @@ pub fn reference(image: &str) -> Option<bool> {
     (ok && (tag.is_some() || digest.is_some())).then_some(digest.is_some())
 }
 
-/// The submission's own rules on `yaml` (`docker compose config`): every image pinned by digest,
-/// and linux/amd64 as `arch` reports it (`os/architecture`, `None` when the image is not here).
+/// Every image pinned by digest, here (`arch`: `os/architecture`) as linux/amd64.
 pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
     let f: Value = yaml_serde::from_str(yaml).context("parsing docker compose config")?;
     let mut problems = Vec::new();
@@ -167,8 +164,7 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
     Ok(problems)
 }
 
-/// The balancer's configuration: `mode tcp`, `balance roundrobin`, nothing that answers or routes
-/// by request content.
+/// The balancer: `mode tcp`, `balance roundrobin`, nothing routing by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).collect();
     let mut problems = Vec::new();

@@ -1,6 +1,5 @@
-//! What every stack command that loads a project shares: a [`Session`] (the project up, checked,
-//! its containers' cgroup counters around the load, down at the end) and [`load_run`], one k6
-//! replica run (`run`, `floor`, `smoke`, `batch`, `submission`).
+//! What every loaded stack shares: a [`Session`] (up, checked, counters around the load) and
+//! [`load_run`], one k6 replica run.
 
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
@@ -66,8 +65,7 @@ impl Container {
     }
 }
 
-/// A project up and checked, each container's counters read at the start (its memory peak reset
-/// first), its files at `<target>/xtask/stack/<started>-<name>.*`; down when dropped.
+/// A project up and checked, its counters read at the start, files at `<base>.*`; down on drop.
 pub struct Session {
     pub compose: Compose,
     pub base: PathBuf,
@@ -79,8 +77,7 @@ pub struct Session {
 }
 
 impl Session {
-    /// Brings `compose` up (a project `up` leaves half made is taken down too) and waits until it
-    /// serves; checks ours (an external project is run as its author wrote it: limits logged).
+    /// Brings `compose` up and waits until it serves; checks ours (an external one: limits logged).
     pub fn start(name: &str, compose: &Compose) -> Result<Session> {
         let (t, up) = (Instant::now(), Up(compose.clone()));
         if let Err(e) = compose.up().and_then(|()| wait_serving(compose)) {
@@ -159,9 +156,8 @@ fn restart_count(inspect: &serde_json::Value) -> u32 {
     inspect["RestartCount"].as_u64().unwrap_or(0) as u32
 }
 
-/// Readiness: each API's own `/ready` on its socket, `/ready` through HAProxy, every server UP;
-/// an external project through port 9999 only, once per service (a round-robin balancer has then
-/// had the chance to pass a probe to each API).
+/// Each API's own `/ready`, HAProxy's, every server UP; an external project's port 9999 once per
+/// service (so a round-robin balancer passed a probe to each API).
 fn wait_serving(compose: &Compose) -> Result<()> {
     let (half, every, s) =
         (Duration::from_millis(500), Duration::from_millis(100), Duration::from_secs);
@@ -185,7 +181,7 @@ fn wait_serving(compose: &Compose) -> Result<()> {
     Ok(())
 }
 
-/// Polls HAProxy's stats socket every 100 ms until `done` says yes to its rows (`Ok(v)`).
+/// Polls HAProxy's stats socket every 100 ms until `done` says `Ok` to its rows.
 fn poll_stat<T>(
     c: &Compose,
     what: &str,
@@ -206,8 +202,7 @@ pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     })
 }
 
-/// Waits until HAProxy's backend holds more than 10 connections (the load generator is sending:
-/// its keep-alive connections stay open) and returns when, in Unix ms.
+/// When (Unix ms) HAProxy's backend holds over 10 connections: the load generator is sending.
 pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     let what = "traffic through HAProxy after the load generator started";
     poll_stat(compose, what, Duration::from_secs(60), |rows| {
@@ -245,8 +240,7 @@ impl LoadRun {
     }
 }
 
-/// Brings `compose` up, runs k6 in `shape`, takes it down and returns the run,
-/// also written to `<target>/xtask/stack/<time>-<config>-<mode>.json`.
+/// Brings `compose` up, runs k6 in `shape`, takes it down; the run is also written as JSON.
 pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun> {
     let mode = format!("{:?}", shape.shape).to_lowercase();
     let s = Session::start(&format!("{config}-{mode}"), compose)?;

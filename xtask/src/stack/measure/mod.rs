@@ -1,7 +1,5 @@
-//! `cargo xtask stack batch` (and `run`, `floor`: a batch of one), an instrument CI does not run:
-//! alternated runs of several configurations (round after round, so the machine's drift hits
-//! them alike), a table of every run, the medians per configuration and a chart ([`plot`]), in
-//! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (`--publish`: also docs/results/).
+//! `cargo xtask stack batch` (`run`, `floor`: a batch of one), an instrument: configurations in
+//! alternated rounds (drift hits them alike), every run's table, medians and a chart ([`plot`]).
 
 mod plot;
 
@@ -15,8 +13,7 @@ use plot::Series;
 use serde::Serialize;
 use std::path::PathBuf;
 
-/// The bound: the stack with APIs that answer every request with a constant 200 from the same
-/// event loop, without parsing or searching (`local-runner serve --no-work`).
+/// The bound: the stack with APIs that answer a constant 200 (`local-runner serve --no-work`).
 pub const BOUND: &str = "docker/bound.yml";
 
 #[derive(clap::Args)]
@@ -30,8 +27,7 @@ pub struct Args {
     /// NAME=FILE: the stack with FILE as one more compose override (repeatable).
     #[arg(long = "variant", value_parser = named)]
     variants: Vec<Named>,
-    /// NAME=FILE: a whole external compose project serving on port 9999, run as it is (e.g.
-    /// another entry's, built outside this repository; `-f` does not apply). Repeatable.
+    /// NAME=FILE: an external compose project on port 9999, run as is (no `-f`). Repeatable.
     #[arg(long = "external", value_parser = named)]
     externals: Vec<Named>,
     /// Also write docs/results/<date>-stack-batch[-N].{md,svg}.
@@ -43,8 +39,7 @@ pub struct Args {
     common: Common,
 }
 
-/// Our configurations: HAProxy answering by itself, the stack with backends that do no work
-/// ([`BOUND`]), the contest stack.
+/// Ours: HAProxy answering by itself, [`BOUND`], the contest stack.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ours {
     Floor,
@@ -133,8 +128,7 @@ impl Configuration {
 /// The column of a run's CPU per request summed over all its containers.
 const ALL: &str = "all";
 
-/// The CPU columns: every service name of the batch's runs, in order of first appearance
-/// (ours: haproxy, api1, api2; an external project's are its own), then `all`.
+/// The CPU columns: every service of the batch's runs in order of appearance, then `all`.
 fn service_columns(runs: &[LoadRun]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for c in runs.iter().flat_map(|r| &r.containers) {
