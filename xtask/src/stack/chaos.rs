@@ -90,16 +90,9 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     }
 }
 
-/// Splits failures between kills (by start time); the rest, before any kill, are unexplained.
-pub fn attribute(kills: &[u64], failures: &[Failure]) -> (Vec<Vec<Failure>>, Vec<Failure>) {
-    let (mut per, mut unexplained) = (vec![Vec::new(); kills.len()], Vec::new());
-    for f in failures {
-        match kills.iter().rposition(|&k| f.start_ms + SLACK_MS >= k) {
-            Some(i) => per[i].push(f.clone()),
-            None => unexplained.push(f.clone()),
-        }
-    }
-    (per, unexplained)
+/// The failures of the kill at `t` (by start time), and those before it (unexplained).
+fn attribute(t: u64, failures: Vec<Failure>) -> (Vec<Failure>, Vec<Failure>) {
+    failures.into_iter().partition(|f| f.start_ms + SLACK_MS >= t)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -113,9 +106,9 @@ pub fn run(a: Args) -> Result<()> {
             s.problems.push(format!("before killing {victim}: {e:#}"));
         }
         let (t, failed, summary) = kill_under_load(a.rate, &mut s, victim)?;
-        let (mut per_kill, before) = attribute(&[t], &failed);
+        let (failed, before) = attribute(t, failed);
         unexplained.extend(before);
-        kills.push((victim, t, per_kill.remove(0)));
+        kills.push((victim, t, failed));
         summaries.push(summary);
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -224,7 +217,7 @@ fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::probe::{Probe, StatRow};
+    use crate::stack::probe::{parse_stat, Probe};
 
     /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
     fn samples(rows: &str) -> Vec<Sample> {
@@ -232,16 +225,8 @@ mod tests {
             let [t, status, stot, ready] = row.split_whitespace().collect::<Vec<_>>()[..] else {
                 panic!("{row}")
             };
-            let (pxname, svname, status) =
-                ("apis".into(), "api1".into(), State::from(status.replace('_', " ")));
-            let stat = vec![StatRow {
-                pxname,
-                svname,
-                qcur: None,
-                scur: None,
-                stot: stot.parse().ok(),
-                status,
-            }];
+            let csv = format!("# pxname,svname,stot,status\napis,api1,{stot},{status}\n");
+            let stat = parse_stat(&csv.replace('_', " ")).unwrap();
             let ready =
                 [("api1".to_string(), ready.parse().map_or(Probe::Empty, Probe::Status))].into();
             Sample { t: t.parse().unwrap(), stat, ready, ..Sample::default() }
@@ -298,7 +283,7 @@ mod tests {
     #[test]
     fn failures_go_to_the_kill_before_them() {
         let f = |t| Failure { start_ms: t, took_ms: 1, status: 0, error: "EOF".into() };
-        let (per, none) = attribute(&[1000, 5000], &[f(500), f(950), f(1020), f(5010), f(9000)]);
-        assert_eq!((none.len(), per[0].len(), per[1].len()), (1, 2, 2));
+        let (after, before) = attribute(1000, vec![f(500), f(950), f(1020), f(5010)]);
+        assert_eq!((before.len(), after.len()), (1, 3));
     }
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// A container's limits, counters over the run, and state after it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Container {
     pub service: String,
     pub cpus: f64,
@@ -213,7 +213,7 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     })
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LoadRun {
     pub config: String,
     pub shape: Shape,
@@ -292,32 +292,14 @@ pub fn run_figures(r: &LoadRun) -> String {
 /// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests).
 #[cfg(test)]
 pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
-    let snapshot = |cpu_ns| Snapshot { memory_limit: 1, cpu_ns, ..Snapshot::default() };
-    let container = |&(service, ms): &(&str, u64)| Container {
-        service: service.into(),
-        cpus: 0.4,
-        before: snapshot(0),
-        after: snapshot(ms * 1_000_000),
-        restarts: 0,
-        oom_killed: false,
-        running: true,
+    let container = |&(service, ms): &(&str, u64)| {
+        let after = Snapshot { memory_limit: 1, cpu_ns: ms * 1_000_000, ..Snapshot::default() };
+        Container { service: service.into(), after, running: true, ..Default::default() }
     };
     let latency_ms = Some(k6::Trend { med: 0.4, p99: 0.9 });
     let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
-    let (started, load) = ("20261130T170200Z".to_string(), "1.00".to_string());
-    let shape = Shape { shape: super::Kind::Final, rate: 200, seconds: 15 };
-    let (config, containers) = (config.into(), cpu_ms.iter().map(container).collect());
-    LoadRun {
-        config,
-        shape,
-        started,
-        load_before: load.clone(),
-        load_after: load,
-        k6_exit: Some(0),
-        summary,
-        containers,
-        problems: vec![],
-    }
+    let (containers, started) = (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
+    LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
 }
 
 #[cfg(test)]

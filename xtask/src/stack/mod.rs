@@ -48,7 +48,7 @@ impl Common {
 }
 
 /// The load shape of a run of `k6/fraud-test.js`.
-#[derive(clap::Args, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
     /// `final`: the contest's final ramp over tests/data/final-test-data.csv.gz (~100 s);
     /// `preview`: 1 -> 900 req/s over 120 s, the public set; `smoke`: --rate for --seconds.
@@ -67,9 +67,10 @@ pub const SMOKE_RATE: u32 = 1130;
 /// The smoke gate's load (also the submission's).
 const SMOKE: Shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    #[default]
     Final,
     Preview,
     Smoke,
