@@ -105,7 +105,7 @@ pub fn run(a: Args) -> Result<()> {
         if let Err(e) = wait_all_up(&s.compose, Duration::from_secs(15)) {
             s.problems.push(format!("before killing {victim}: {e:#}"));
         }
-        let (t, failed, summary) = kill_under_load(a.rate, &mut s, victim)?;
+        let (t, failed, summary) = kill(a.rate, &mut s, victim)?;
         let (failed, before) = attribute(t, failed);
         unexplained.extend(before);
         kills.push((victim, t, failed));
@@ -129,11 +129,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// One k6 run with `victim` killed `FIRST_KILL_S` s in: the kill's time, failures, summary.
-fn kill_under_load(
-    rate: u32,
-    s: &mut Session,
-    victim: &str,
-) -> Result<(u64, Vec<Failure>, Summary)> {
+fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = s.base.with_extension(victim);
     let env = [
         ("MODE", "steady".into()),
@@ -190,22 +186,15 @@ fn wrong_answers(summaries: &[Summary]) -> (u64, u64) {
     summaries.iter().fold((0, 0), |(p, n), s| (p + s.fp, n + s.fn_))
 }
 
-fn figures(
-    rate: u32,
-    reports: &[KillReport],
-    unexplained: usize,
-    summaries: &[Summary],
-    problems: &[String],
-) -> String {
-    let ((fp, fn_), n, problems) =
-        (wrong_answers(summaries), reports.len(), util::problems_suffix(problems));
-    let requests: u64 = summaries.iter().map(|s| s.requests).sum();
-    let p99 = summaries.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
-    let failed = util::list(reports, |r| r.failed.to_string());
+fn figures(rate: u32, r: &[KillReport], unexplained: usize, s: &[Summary], p: &[String]) -> String {
+    let ((fp, fn_), n, problems) = (wrong_answers(s), r.len(), util::problems_suffix(p));
+    let requests: u64 = s.iter().map(|s| s.requests).sum();
+    let p99 = s.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
+    let failed = util::list(r, |r| r.failed.to_string());
     let each: [fn(&KillReport) -> Option<u64>; 3] =
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
     let [down, ready, rotation] =
-        each.map(|f| util::list(reports, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
+        each.map(|f| util::list(r, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
     let (seconds, max_failed, max_rotation) = (SECONDS, MAX_FAILED, MAX_ROTATION_MS);
     format!(
         "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \

@@ -249,7 +249,24 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let free = |s: &String| !results.join(format!("{s}.md")).exists();
     let stems = std::iter::once(String::new()).chain((2..).map(|n| format!("-{n}")));
     let stem = stems.map(|n| format!("{date}-stack-batch{n}")).find(free).unwrap_or_default();
-    let md = markdown(&stamp, &load_start, &configs, &table, &failed, &format!("{stem}.svg"));
+    // The record: command, machine, configurations, the tables, the chart.
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
+    let (described, load_end) = (util::list(&configs, Configuration::describe), util::loadavg());
+    let unfinished = failed
+        .first()
+        .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
+    let md = format!(
+        "# Contest stack batch, {stamp}\n\n\
+         Command: `cargo xtask stack {command}`  \n\
+         Machine: 2-core VM, load average {load_start} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
+         Configurations: {described}.  \n\
+         Runs alternate (one of each configuration per round). CPU per request is each container's \
+         cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
+         run's containers; throttled: CFS periods in which a container's quota ran out (nr_throttled).\n\n\
+         {table}\n{unfinished}\n\
+         ![offered rate and per-second p50/p99 per configuration]({stem}.svg)\n"
+    );
     std::fs::write(&md_path, &md)?;
     let record = serde_json::json!({"configs": configs, "runs": runs, "failed_runs": failed});
     util::write_json(&json, &record)?;
@@ -262,34 +279,6 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let problems = judge(&runs, &failed);
     let figures = figures(&configs, &runs, &md_path.display().to_string(), &problems);
     util::verdict(verdict, problems.is_empty(), &figures, &record)
-}
-
-/// The batch's record in Markdown: command, machine, configurations, the tables, the chart.
-fn markdown(
-    stamp: &str,
-    load: &str,
-    configs: &[Configuration],
-    table: &str,
-    failed: &[String],
-    svg: &str,
-) -> String {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
-    let (described, load_end) = (util::list(configs, Configuration::describe), util::loadavg());
-    let failed = failed
-        .first()
-        .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
-    format!(
-        "# Contest stack batch, {stamp}\n\n\
-         Command: `cargo xtask stack {command}`  \n\
-         Machine: 2-core VM, load average {load} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
-         Configurations: {described}.  \n\
-         Runs alternate (one of each configuration per round). CPU per request is each container's \
-         cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
-         run's containers; throttled: CFS periods in which a container's quota ran out (nr_throttled).\n\n\
-         {table}\n{failed}\n\
-         ![offered rate and per-second p50/p99 per configuration]({svg})\n"
-    )
 }
 
 /// The batch's problems: every run's, runs with errors, runs that did not complete.
