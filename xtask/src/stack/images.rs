@@ -50,11 +50,9 @@ fn api(target_dir: PathBuf) -> Result<()> {
 }
 
 fn haproxy() -> Result<()> {
-    let hap = (["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists()))
-    .context("Debian's haproxy is needed for the haproxy:2.6 stand-in; run scripts/setup.sh")?;
+    let hap = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"].map(PathBuf::from);
+    let why = "Debian's haproxy is needed for the haproxy:2.6 stand-in; run scripts/setup.sh";
+    let hap = hap.into_iter().find(|p| p.exists()).context(why)?;
     let version = util::read(&duct::cmd!(&hap, "-v"))?;
     let first = version.lines().next().unwrap_or("").to_string();
     if !first.starts_with("HAProxy version 2.6.") {

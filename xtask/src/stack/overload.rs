@@ -7,7 +7,7 @@ use super::probe::State;
 use super::Common;
 use crate::util::{self, log, root};
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -181,27 +181,22 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     )
 }
 
-/// The part of the `WRKJSON {...}` line (wrk-post.lua's `done()`) the gate reads.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct WrkSummary {
-    pub requests: u64,
-    pub duration_us: u64,
-    pub status200: u64,
-    pub non200: u64,
-    pub connect: u64,
-    pub read: u64,
-    pub write: u64,
-    pub timeout: u64,
-}
+/// The `WRKJSON {...}` line of wrk-post.lua's `done()`.
+#[derive(Serialize)]
+struct WrkSummary(serde_json::Value);
 
 impl WrkSummary {
-    /// Requests per second offered, and answered 200.
-    pub fn rates(&self) -> (f64, f64) {
-        let s = self.duration_us as f64 / 1e6;
-        (self.requests as f64 / s, self.status200 as f64 / s)
+    fn n(&self, k: &str) -> f64 {
+        self.0[k].as_f64().unwrap_or(0.0)
     }
-    pub fn errors(&self) -> u64 {
-        self.non200 + self.connect + self.read + self.write + self.timeout
+    /// Requests per second offered, and answered 200.
+    fn rates(&self) -> (f64, f64) {
+        let s = self.n("duration_us") / 1e6;
+        (self.n("requests") / s, self.n("status200") / s)
+    }
+    fn errors(&self) -> u64 {
+        ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k)).iter().sum::<f64>()
+            as u64
     }
 }
 
@@ -210,7 +205,7 @@ fn parse_wrk(output: &str) -> Result<WrkSummary> {
         .lines()
         .find_map(|l| l.strip_prefix("WRKJSON "))
         .context("wrk printed no WRKJSON line")?;
-    serde_json::from_str(line).context("parsing wrk's WRKJSON line")
+    serde_json::from_str(line).map(WrkSummary).context("parsing wrk's WRKJSON line")
 }
 
 /// `n` compact request bodies spread over the test set, one per line (written once).
