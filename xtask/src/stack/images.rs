@@ -1,6 +1,5 @@
-//! `cargo xtask stack images`: the two images docker-compose.yml names, each `FROM scratch`
-//! around a root file system written here, without a registry: the static local-runner and a
-//! haproxy:2.6 stand-in from Debian's package.
+//! `cargo xtask stack images`: the static local-runner and a haproxy:2.6 stand-in from Debian's,
+//! each `FROM scratch` around a root file system written here (no registry).
 
 use crate::util::{self, log, root, ScratchImage, TRIPLE};
 use anyhow::{bail, Context, Result};
@@ -8,9 +7,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Clone)]
 pub struct Build {
-    /// Cargo target dir of the static build (`<target>/image` by default, so the workspace's
-    /// build is not invalidated; CI passes the workspace's own to reuse its host build of faiss
-    /// and the index packer).
+    /// Cargo target dir of the static build (default `<target>/image`; CI reuses its own).
     #[arg(long, env = "STACK_TARGET_DIR")]
     pub target_dir: Option<PathBuf>,
 }
@@ -53,11 +50,9 @@ fn api(target_dir: PathBuf) -> Result<()> {
 }
 
 fn haproxy() -> Result<()> {
-    let hap = (["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists()))
-    .context("Debian's haproxy is needed for the haproxy:2.6 stand-in; run scripts/setup.sh")?;
+    let hap = ["/usr/sbin/haproxy", "/usr/local/sbin/haproxy"].map(PathBuf::from);
+    let why = "Debian's haproxy is needed for the haproxy:2.6 stand-in; run scripts/setup.sh";
+    let hap = hap.into_iter().find(|p| p.exists()).context(why)?;
     let version = util::read(&duct::cmd!(&hap, "-v"))?;
     let first = version.lines().next().unwrap_or("").to_string();
     if !first.starts_with("HAProxy version 2.6.") {
@@ -70,8 +65,7 @@ fn haproxy() -> Result<()> {
     {
         fs.file(lib.trim_start_matches('/'), Path::new(lib), 0o755);
     }
-    // /tmp and /sock as in the API image (1777), so the shared volume gets the same mode
-    // whichever container mounts it first.
+    // /sock as in the API image, whichever container mounts the volume first.
     fs.file("usr/local/sbin/haproxy", &hap, 0o755)
         .file("usr/local/etc/haproxy/haproxy.cfg", &root().join("docker/haproxy/haproxy.cfg"), 0o644)
         .dir("sock", 0o1777)

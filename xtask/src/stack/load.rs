@@ -1,6 +1,5 @@
-//! What every stack command that loads a project shares: a [`Session`] (the project up, checked,
-//! its containers' cgroup counters around the load, down at the end) and [`load_run`], one k6
-//! replica run (`run`, `floor`, `smoke`, `batch`, `submission`).
+//! What every loaded stack shares: a [`Session`] (up, checked, counters around the load) and
+//! [`load_run`], one k6 replica run.
 
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
@@ -9,13 +8,13 @@ use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_rea
 use super::probe::{Config, Monitor, State};
 use super::{check, Common, Shape};
 use crate::util::{self, log};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// A container's limits, counters over the run, and state after it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Container {
     pub service: String,
     pub cpus: f64,
@@ -66,8 +65,7 @@ impl Container {
     }
 }
 
-/// A project up and checked, each container's counters read at the start (its memory peak reset
-/// first), its files at `<target>/xtask/stack/<started>-<name>.*`; down when dropped.
+/// A project up and checked, its counters read at the start, files at `<base>.*`; down on drop.
 pub struct Session {
     pub compose: Compose,
     pub base: PathBuf,
@@ -79,8 +77,7 @@ pub struct Session {
 }
 
 impl Session {
-    /// Brings `compose` up (a project `up` leaves half made is taken down too) and waits until it
-    /// serves; checks ours (an external project is run as its author wrote it: limits logged).
+    /// Brings `compose` up and waits until it serves; checks ours (an external one: limits logged).
     pub fn start(name: &str, compose: &Compose) -> Result<Session> {
         let (t, up) = (Instant::now(), Up(compose.clone()));
         if let Err(e) = compose.up().and_then(|()| wait_serving(compose)) {
@@ -100,9 +97,10 @@ impl Session {
         }
         let watched = compose.services()?.into_iter().map(|svc| {
             let i = inspect(&compose.id(&svc)?)?;
-            let cg = Cgroup::of(&i.id)?;
+            let id = i["Id"].as_str().context("no container id")?.to_string();
+            let cg = Cgroup::of(&id)?;
             cg.reset_peak()?;
-            Ok((svc, i.id, cg.clone(), cg.snapshot()?, i.restart_count))
+            Ok((svc, id, cg.clone(), cg.snapshot()?, restart_count(&i)))
         });
         let (watched, started) = (watched.collect::<Result<_>>()?, util::stamp());
         let base = util::xtask_dir("stack")?.join(format!("{started}-{name}"));
@@ -132,9 +130,12 @@ impl Session {
         let each = self.watched.iter().map(|(service, id, cg, before, restarts)| {
             let (i, service, before, after) =
                 (inspect(id)?, service.clone(), *before, cg.snapshot()?);
-            let (cpus, restarts) =
-                (i.host_config.nano_cpus as f64 / 1e9, i.restart_count - restarts);
-            let (oom_killed, running) = (i.state.oom_killed, i.state.running);
+            let (cpus, restarts) = (
+                i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9,
+                restart_count(&i) - restarts,
+            );
+            let (oom_killed, running) =
+                (i["State"]["OOMKilled"] == true, i["State"]["Running"] == true);
             Ok(Container { service, cpus, before, after, restarts, oom_killed, running })
         });
         each.collect()
@@ -151,9 +152,12 @@ impl Session {
     }
 }
 
-/// Readiness: each API's own `/ready` on its socket, `/ready` through HAProxy, every server UP;
-/// an external project through port 9999 only, once per service (a round-robin balancer has then
-/// had the chance to pass a probe to each API).
+fn restart_count(inspect: &serde_json::Value) -> u32 {
+    inspect["RestartCount"].as_u64().unwrap_or(0) as u32
+}
+
+/// Each API's own `/ready`, HAProxy's, every server UP; an external project's port 9999 once per
+/// service (so a round-robin balancer passed a probe to each API).
 fn wait_serving(compose: &Compose) -> Result<()> {
     let (half, every, s) =
         (Duration::from_millis(500), Duration::from_millis(100), Duration::from_secs);
@@ -177,7 +181,7 @@ fn wait_serving(compose: &Compose) -> Result<()> {
     Ok(())
 }
 
-/// Polls HAProxy's stats socket every 100 ms until `done` says yes to its rows (`Ok(v)`).
+/// Polls HAProxy's stats socket every 100 ms until `done` says `Ok` to its rows.
 fn poll_stat<T>(
     c: &Compose,
     what: &str,
@@ -198,8 +202,7 @@ pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     })
 }
 
-/// Waits until HAProxy's backend holds more than 10 connections (the load generator is sending:
-/// its keep-alive connections stay open) and returns when, in Unix ms.
+/// When (Unix ms) HAProxy's backend holds over 10 connections: the load generator is sending.
 pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     let what = "traffic through HAProxy after the load generator started";
     poll_stat(compose, what, Duration::from_secs(60), |rows| {
@@ -210,7 +213,7 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     })
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LoadRun {
     pub config: String,
     pub shape: Shape,
@@ -237,8 +240,7 @@ impl LoadRun {
     }
 }
 
-/// Brings `compose` up, runs k6 in `shape`, takes it down and returns the run,
-/// also written to `<target>/xtask/stack/<time>-<config>-<mode>.json`.
+/// Brings `compose` up, runs k6 in `shape`, takes it down; the run is also written as JSON.
 pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun> {
     let mode = format!("{:?}", shape.shape).to_lowercase();
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
@@ -290,32 +292,14 @@ pub fn run_figures(r: &LoadRun) -> String {
 /// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests).
 #[cfg(test)]
 pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
-    let snapshot = |cpu_ns| Snapshot { memory_limit: 1, cpu_ns, ..Snapshot::default() };
-    let container = |&(service, ms): &(&str, u64)| Container {
-        service: service.into(),
-        cpus: 0.4,
-        before: snapshot(0),
-        after: snapshot(ms * 1_000_000),
-        restarts: 0,
-        oom_killed: false,
-        running: true,
+    let container = |&(service, ms): &(&str, u64)| {
+        let after = Snapshot { memory_limit: 1, cpu_ns: ms * 1_000_000, ..Snapshot::default() };
+        Container { service: service.into(), after, running: true, ..Default::default() }
     };
     let latency_ms = Some(k6::Trend { med: 0.4, p99: 0.9 });
     let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
-    let (started, load) = ("20261130T170200Z".to_string(), "1.00".to_string());
-    let shape = Shape { shape: super::Kind::Final, rate: 200, seconds: 15 };
-    let (config, containers) = (config.into(), cpu_ms.iter().map(container).collect());
-    LoadRun {
-        config,
-        shape,
-        started,
-        load_before: load.clone(),
-        load_after: load,
-        k6_exit: Some(0),
-        summary,
-        containers,
-        problems: vec![],
-    }
+    let (containers, started) = (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
+    LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
 }
 
 #[cfg(test)]

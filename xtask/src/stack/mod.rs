@@ -1,6 +1,4 @@
-//! `cargo xtask stack ...`: the contest stack (HAProxy + two APIs in docker compose,
-//! docs/STACK.md): images, static checks, the gates (`smoke`, [`chaos`], [`overload`],
-//! [`submission`]) and the instruments ([`measure`]: `batch`, `run`, `floor`).
+//! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates, instruments.
 
 mod cgroup;
 mod chaos;
@@ -50,11 +48,10 @@ impl Common {
 }
 
 /// The load shape of a run of `k6/fraud-test.js`.
-#[derive(clap::Args, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
-    /// `final`: the contest's final (ramp 1 -> 1000 -> 2000 req/s, each of the 72,100 payloads of
-    /// tests/data/final-test-data.csv.gz once: ~100 s, up to ~1,130 req/s); `preview`: 1 -> 900
-    /// req/s over 120 s, the public set; `smoke`: --rate for --seconds.
+    /// `final`: the contest's final ramp over tests/data/final-test-data.csv.gz (~100 s);
+    /// `preview`: 1 -> 900 req/s over 120 s, the public set; `smoke`: --rate for --seconds.
     #[arg(long, value_enum, default_value = "final")]
     shape: Kind,
     /// Requests per second of `--shape smoke`.
@@ -65,22 +62,22 @@ pub struct Shape {
     seconds: u32,
 }
 
-/// The final's peak rate: its 72,059 scored requests ran out ~100 s into the ramp, near 1,130
-/// req/s. The smoke and instance-loss gates run at it, the overload gate at 3x.
+/// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
 pub const SMOKE_RATE: u32 = 1130;
 /// The smoke gate's load (also the submission's).
 const SMOKE: Shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    #[default]
     Final,
     Preview,
     Smoke,
 }
 
 impl Shape {
-    /// k6's environment: the script's MODE and its test set (decompressed once).
+    /// k6's environment: the script's MODE and its test set.
     fn env(&self) -> Result<Vec<(&'static str, String)>> {
         let (mode, set) = match self.shape {
             Kind::Final => ("final", k6::FINAL_SET),
@@ -124,8 +121,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN, crash,
-    /// or when Docker is not usable (FRAUD_SKIP_STACK=1 skips it, loudly; CI never sets it).
+    /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN or crash.
     Smoke(Common),
     /// Gate: instance loss (SIGKILL of each API under steady load through HAProxy).
     Chaos(chaos::Args),
@@ -137,9 +133,7 @@ enum Command {
     Submission(submission::Args),
 }
 
-/// Holds `$TMPDIR/fraud-stack.lock` while a command uses the stack: the compose projects, port
-/// 9999 and the image tags are one per machine, so two stack commands at once (from any clone)
-/// would measure or tear down each other's containers. A second command waits for the first.
+/// One stack command at a time per machine (projects, port 9999 and tags are shared): a lock.
 fn exclusive() -> Result<std::fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
@@ -187,8 +181,7 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-/// What every gate does first: `FRAUD_SKIP_STACK=1` skips it, loudly (Ok(false)); otherwise an
-/// unusable Docker is a failed verdict.
+/// `FRAUD_SKIP_STACK=1` skips a gate loudly (false); otherwise an unusable Docker fails it.
 pub fn gate_may_run(name: &str) -> Result<bool> {
     if std::env::var("FRAUD_SKIP_STACK").is_ok_and(|v| v == "1") {
         let warning =

@@ -1,6 +1,5 @@
-//! `cargo xtask stack overload`: 3x the contest peak for `OVER` s, then recovery
-//! (docs/RESILIENCE.md). k6 offers the peak throughout and wrk adds about 2x during the overload
-//! (k6 alone cannot offer 3x next to the stack on this machine).
+//! `cargo xtask stack overload`: 3x the contest peak, then recovery (docs/RESILIENCE.md); k6 at
+//! the peak throughout, wrk adding 2x (k6 alone cannot offer 3x beside the stack here).
 
 use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Session};
@@ -8,28 +7,24 @@ use super::probe::State;
 use super::Common;
 use crate::util::{self, log, root};
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// k6's steady rate, the contest peak; the overload offers 3x this in all.
 const RATE: u32 = super::SMOKE_RATE;
 /// Seconds at the peak before the overload, of overload, and at the peak after it.
 const BEFORE: u32 = 10;
 const OVER: u32 = 10;
 const AFTER: u32 = 15;
-/// wrk's connections during the overload, each pausing `WRK_DELAY_MS` before each request (up to
-/// 100 req/s each).
+/// wrk's connections, each pausing `WRK_DELAY_MS` before each request (up to 100 req/s each).
 const WRK_CONNECTIONS: u32 = 26;
 const WRK_DELAY_MS: u32 = 10;
-/// The p99 (per one-second window) that counts as recovered, and the latest start of the first
-/// recovered window, in seconds after the overload.
+/// A second with p99 under this is recovered; the first must start within `RECOVER_S` s.
 const MAX_P99_MS: f64 = 5.0;
 const RECOVER_S: f64 = 2.0;
 
-/// The first whole second after the overload with p99 under `max_p99` and no error, how long
-/// after the end it starts, and the worst later second.
+/// The first whole second after the overload with p99 under `max_p99` and no error.
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Recovery {
     pub first_ok_window: Option<u32>,
@@ -57,7 +52,7 @@ fn children_cpu_s() -> f64 {
     getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| t(u.user_time()) + t(u.system_time()))
 }
 
-/// What the load gave: k6's summary, wrk's, when wrk ran (Unix ms), the generators' CPU.
+/// What the load gave: both summaries, when wrk ran (Unix ms), the generators' CPU.
 #[derive(Serialize)]
 struct Loaded {
     summary: Summary,
@@ -70,7 +65,6 @@ struct Loaded {
     k6_status: std::process::ExitStatus,
 }
 
-/// The rates and latencies of the overload, from the windows (and wrk's own count).
 #[derive(Debug, PartialEq, Serialize)]
 struct Measured {
     over_start_s: f64,
@@ -109,7 +103,7 @@ fn load(s: &Session, bodies: &Path) -> Result<Loaded> {
         ("DURATION", (BEFORE + OVER + AFTER).to_string()),
     ];
     log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {})", util::loadavg());
-    // CPU of the generators: children's rusage grows when a child is waited for (wrk, then k6).
+    // Children's rusage grows when a child is waited for (wrk, then k6).
     let cpu0 = children_cpu_s();
     let k6 = k6::start("resilience.js", &env, &s.base)?;
     // k6 starts sending a few seconds after it starts (it loads the test set first).
@@ -187,27 +181,22 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     )
 }
 
-/// The part of the `WRKJSON {...}` line (wrk-post.lua's `done()`) the gate reads.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct WrkSummary {
-    pub requests: u64,
-    pub duration_us: u64,
-    pub status200: u64,
-    pub non200: u64,
-    pub connect: u64,
-    pub read: u64,
-    pub write: u64,
-    pub timeout: u64,
-}
+/// The `WRKJSON {...}` line of wrk-post.lua's `done()`.
+#[derive(Serialize)]
+struct WrkSummary(serde_json::Value);
 
 impl WrkSummary {
-    /// Requests per second offered, and answered 200.
-    pub fn rates(&self) -> (f64, f64) {
-        let s = self.duration_us as f64 / 1e6;
-        (self.requests as f64 / s, self.status200 as f64 / s)
+    fn n(&self, k: &str) -> f64 {
+        self.0[k].as_f64().unwrap_or(0.0)
     }
-    pub fn errors(&self) -> u64 {
-        self.non200 + self.connect + self.read + self.write + self.timeout
+    /// Requests per second offered, and answered 200.
+    fn rates(&self) -> (f64, f64) {
+        let s = self.n("duration_us") / 1e6;
+        (self.n("requests") / s, self.n("status200") / s)
+    }
+    fn errors(&self) -> u64 {
+        ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k)).iter().sum::<f64>()
+            as u64
     }
 }
 
@@ -216,7 +205,7 @@ fn parse_wrk(output: &str) -> Result<WrkSummary> {
         .lines()
         .find_map(|l| l.strip_prefix("WRKJSON "))
         .context("wrk printed no WRKJSON line")?;
-    serde_json::from_str(line).context("parsing wrk's WRKJSON line")
+    serde_json::from_str(line).map(WrkSummary).context("parsing wrk's WRKJSON line")
 }
 
 /// `n` compact request bodies spread over the test set, one per line (written once).

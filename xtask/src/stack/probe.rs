@@ -1,6 +1,5 @@
-//! Asking the stack how it is: `GET /ready` on a new TCP connection or an API's own Unix socket,
-//! HAProxy's `show stat` as typed rows, and [`Monitor`], a sampler thread of all that (and
-//! memory) under load, as JSON lines. An external project is asked on port 9999 only.
+//! Asking the stack how it is: `GET /ready` by TCP or an API's socket, HAProxy's `show stat`,
+//! and [`Monitor`], a thread sampling all that (and memory) under load as JSON lines.
 
 use super::cgroup::Cgroup;
 use crate::util;
@@ -90,8 +89,7 @@ pub fn ready_unix(path: &Path, t: Duration) -> Probe {
     exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
 }
 
-/// Readiness of a project we know nothing of but its port: `GET /ready` (any 2xx), and where that
-/// route is missing (a 4xx), `POST /fraud-score` with the contest's sample, ready on 200.
+/// An unknown project's readiness: `GET /ready` 2xx or, on a 4xx, `POST /fraud-score` 200.
 pub fn ready_or_score(port: u16, timeout: Duration) -> Result<(), String> {
     match ready_tcp(port, timeout) {
         ready if ready.ok() => Ok(()),
@@ -172,11 +170,9 @@ pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
     parse_stat(&text)
 }
 
-/// The stack at one moment: HAProxy's rows (or why none), each API's own `/ready`, the probe
-/// through port 9999, memory in MB.
+/// The stack at one moment (Unix ms): HAProxy's rows, each API's `/ready`, port 9999, memory MB.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Sample {
-    /// Unix time in ms.
     pub t: u64,
     pub stat: Vec<StatRow>,
     pub haproxy_error: Option<String>,

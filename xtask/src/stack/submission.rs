@@ -1,8 +1,5 @@
-//! `cargo xtask stack submission --image REF`: the contest's `submission` branch in `--out`,
-//! every image named by digest. The balancer is the official `haproxy` when the local
-//! haproxy:2.6 came from a registry, else the project's stand-in pushed beside REF. `--test`
-//! (CI) pushes to a loopback registry, removes the local images and runs the smoke against the
-//! directory's own compose file (images pulled by digest).
+//! `cargo xtask stack submission --image REF`: the contest's `submission` branch, every image by
+//! digest; `--test` (CI) pushes to a loopback registry and smokes it with the images pulled back.
 
 use super::compose::{image_inspect, Compose};
 use super::{check, images, load, Common, SMOKE};
@@ -22,7 +19,7 @@ pub struct Args {
     /// `KEY=JSON` over docker/submission/info.json, e.g. `participants=["Ana"]` (repeatable).
     #[arg(long = "set")]
     sets: Vec<String>,
-    /// The end-to-end test on a loopback registry (REF on 127.0.0.1:PORT); see the module doc.
+    /// The end-to-end test on a loopback registry (REF on 127.0.0.1:PORT).
     #[arg(long)]
     test: bool,
     #[command(flatten)]
@@ -79,8 +76,7 @@ pub fn run(a: Args) -> Result<()> {
     util::verdict("stack submission", problems.is_empty(), &figures, &problems)
 }
 
-/// `source` (docker-compose.yml) as the submission's: its leading comment replaced by one that
-/// says where it came from, every `image:` line's value swapped by `pins` (each one must be).
+/// docker-compose.yml with a header of its origin and every `image:` swapped by `pins`.
 fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
     let mut out = format!("# Rinha de Backend 2026 submission, written by `cargo xtask stack submission` from the\n# project's docker-compose.yml at commit {commit}; every image named by digest (README.md).\n");
     for line in source.lines().skip_while(|l| l.starts_with('#')) {
@@ -134,8 +130,7 @@ fn digest_of(image: &str, repository: &str) -> Option<String> {
     digests.into_iter().find(|d| d.split_once('@').is_some_and(|(r, _)| r == repository))
 }
 
-/// The official haproxy by digest when the local haproxy:2.6 was pulled; else the stand-in
-/// pushed beside the API image (and its name).
+/// The official haproxy by digest when it was pulled here; else our stand-in, pushed beside REF.
 fn balancer(api: &str) -> Result<(String, Option<String>)> {
     if let Some(official) = digest_of(images::HAPROXY, "haproxy") {
         return Ok((official, None));
@@ -155,8 +150,7 @@ fn readme(commit: &str, api: &str, balancer: &str, stand_in: Option<&str>) -> St
     format!("# Rinha de Backend 2026 submission\n\nWritten on {} by `cargo {command}` at commit `{commit}` of the source repository (info.json names it); no source code here.\n\n- `docker-compose.yml`: the project's, every image named by digest, `platform: linux/amd64`.\n- `docker/haproxy/haproxy.cfg`: the balancer's configuration, mounted by the compose file.\n- `info.json`: the contest's fields.\n\nImages: API `{api}` (the static local-runner built for the contest CPU); balancer `{balancer}`: {why}.\n\nRun: `docker compose up -d` in this directory (Compose v2; the limits apply as written), then `curl localhost:9999/ready`.\n", util::date())
 }
 
-/// Debian's Distribution registry on REF's loopback address, for one run (data and config
-/// under `<target>/registry/`); stopped when dropped.
+/// Debian's Distribution registry on REF's loopback address for one run; stopped when dropped.
 struct Registry(duct::Handle);
 
 impl Registry {
@@ -168,26 +162,20 @@ impl Registry {
         })?;
         util::require("docker-registry", "for the submission test (Debian's docker-registry)")?;
         let dir = util::xtask_dir("registry")?;
-        let _ = std::fs::remove_dir_all(dir.join("data"));
-        let config = format!("version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{addr}\"}}\n", dir.join("data").display());
-        std::fs::write(dir.join("config.yml"), config)?;
-        let e = util::to_log(
-            duct::cmd!("docker-registry", "serve", dir.join("config.yml")),
-            &dir.join("registry.log"),
-        );
-        let registry = Registry(e.unchecked().start().context("cannot start docker-registry")?);
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        util::poll(
-            "the loopback registry",
-            Duration::from_secs(20),
-            Duration::from_millis(100),
-            || {
-                let up =
-                    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok();
-                Ok(if up { Ok(()) } else { Err("not listening".into()) })
-            },
-        )?;
-        log!("registry listening on {addr} (log {})", dir.join("registry.log").display());
+        let (data, config, log) =
+            (dir.join("data"), dir.join("config.yml"), dir.join("registry.log"));
+        let _ = std::fs::remove_dir_all(&data);
+        let yml = format!("version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{addr}\"}}\n", data.display());
+        std::fs::write(&config, yml)?;
+        let e = util::to_log(duct::cmd!("docker-registry", "serve", config), &log).unchecked();
+        let registry = Registry(e.start().context("cannot start docker-registry")?);
+        let (addr, ms) =
+            (std::net::SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis);
+        util::poll("the loopback registry", ms(20_000), ms(100), || {
+            let up = std::net::TcpStream::connect_timeout(&addr, ms(1000)).is_ok();
+            Ok(up.then_some(()).ok_or("not listening".into()))
+        })?;
+        log!("registry listening on {addr} (log {})", log.display());
         Ok(registry)
     }
 }

@@ -1,7 +1,5 @@
-//! `cargo xtask stack batch` (and `run`, `floor`: a batch of one), an instrument CI does not run:
-//! alternated runs of several configurations (round after round, so the machine's drift hits
-//! them alike), a table of every run, the medians per configuration and a chart ([`plot`]), in
-//! `<target>/xtask/stack/<time>-batch.{md,svg,json}` (`--publish`: also docs/results/).
+//! `cargo xtask stack batch` (`run`, `floor`: a batch of one), an instrument: configurations in
+//! alternated rounds (drift hits them alike), every run's table, medians and a chart ([`plot`]).
 
 mod plot;
 
@@ -15,8 +13,7 @@ use plot::Series;
 use serde::Serialize;
 use std::path::PathBuf;
 
-/// The bound: the stack with APIs that answer every request with a constant 200 from the same
-/// event loop, without parsing or searching (`local-runner serve --no-work`).
+/// The bound: the stack with APIs that answer a constant 200 (`local-runner serve --no-work`).
 pub const BOUND: &str = "docker/bound.yml";
 
 #[derive(clap::Args)]
@@ -30,8 +27,7 @@ pub struct Args {
     /// NAME=FILE: the stack with FILE as one more compose override (repeatable).
     #[arg(long = "variant", value_parser = named)]
     variants: Vec<Named>,
-    /// NAME=FILE: a whole external compose project serving on port 9999, run as it is (e.g.
-    /// another entry's, built outside this repository; `-f` does not apply). Repeatable.
+    /// NAME=FILE: an external compose project on port 9999, run as is (no `-f`). Repeatable.
     #[arg(long = "external", value_parser = named)]
     externals: Vec<Named>,
     /// Also write docs/results/<date>-stack-batch[-N].{md,svg}.
@@ -43,8 +39,7 @@ pub struct Args {
     common: Common,
 }
 
-/// Our configurations: HAProxy answering by itself, the stack with backends that do no work
-/// ([`BOUND`]), the contest stack.
+/// Ours: HAProxy answering by itself, [`BOUND`], the contest stack.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ours {
     Floor,
@@ -107,7 +102,7 @@ impl Configuration {
     /// The compose project, with `extra` (the batch's `-f` files) where it applies.
     fn compose(&self, extra: &[PathBuf]) -> Compose {
         match self {
-            Configuration::Floor => Compose::floor(&[]),
+            Configuration::Floor => Compose::floor(),
             Configuration::Stack => Compose::stack(extra),
             Variant(n) => Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat()),
             External(n) => Compose::external(&n.name, &n.file),
@@ -133,8 +128,7 @@ impl Configuration {
 /// The column of a run's CPU per request summed over all its containers.
 const ALL: &str = "all";
 
-/// The CPU columns: every service name of the batch's runs, in order of first appearance
-/// (ours: haproxy, api1, api2; an external project's are its own), then `all`.
+/// The CPU columns: every service of the batch's runs in order of appearance, then `all`.
 fn service_columns(runs: &[LoadRun]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for c in runs.iter().flat_map(|r| &r.containers) {
@@ -255,7 +249,24 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let free = |s: &String| !results.join(format!("{s}.md")).exists();
     let stems = std::iter::once(String::new()).chain((2..).map(|n| format!("-{n}")));
     let stem = stems.map(|n| format!("{date}-stack-batch{n}")).find(free).unwrap_or_default();
-    let md = markdown(&stamp, &load_start, &configs, &table, &failed, &format!("{stem}.svg"));
+    // The record: command, machine, configurations, the tables, the chart.
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
+    let (described, load_end) = (util::list(&configs, Configuration::describe), util::loadavg());
+    let unfinished = failed
+        .first()
+        .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
+    let md = format!(
+        "# Contest stack batch, {stamp}\n\n\
+         Command: `cargo xtask stack {command}`  \n\
+         Machine: 2-core VM, load average {load_start} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
+         Configurations: {described}.  \n\
+         Runs alternate (one of each configuration per round). CPU per request is each container's \
+         cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
+         run's containers; throttled: CFS periods in which a container's quota ran out (nr_throttled).\n\n\
+         {table}\n{unfinished}\n\
+         ![offered rate and per-second p50/p99 per configuration]({stem}.svg)\n"
+    );
     std::fs::write(&md_path, &md)?;
     let record = serde_json::json!({"configs": configs, "runs": runs, "failed_runs": failed});
     util::write_json(&json, &record)?;
@@ -268,34 +279,6 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let problems = judge(&runs, &failed);
     let figures = figures(&configs, &runs, &md_path.display().to_string(), &problems);
     util::verdict(verdict, problems.is_empty(), &figures, &record)
-}
-
-/// The batch's record in Markdown: command, machine, configurations, the tables, the chart.
-fn markdown(
-    stamp: &str,
-    load: &str,
-    configs: &[Configuration],
-    table: &str,
-    failed: &[String],
-    svg: &str,
-) -> String {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
-    let (described, load_end) = (util::list(configs, Configuration::describe), util::loadavg());
-    let failed = failed
-        .first()
-        .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
-    format!(
-        "# Contest stack batch, {stamp}\n\n\
-         Command: `cargo xtask stack {command}`  \n\
-         Machine: 2-core VM, load average {load} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
-         Configurations: {described}.  \n\
-         Runs alternate (one of each configuration per round). CPU per request is each container's \
-         cgroup CPU time over the run divided by the requests of the run; `all` is the sum over the \
-         run's containers; throttled: CFS periods in which a container's quota ran out (nr_throttled).\n\n\
-         {table}\n{failed}\n\
-         ![offered rate and per-second p50/p99 per configuration]({svg})\n"
-    )
 }
 
 /// The batch's problems: every run's, runs with errors, runs that did not complete.

@@ -1,5 +1,4 @@
-//! The batch chart (SVG): per second of a run, the offered rate (top) and p50 dashed / p99 solid
-//! (bottom, log scale), one colour per configuration, each point the median over its runs.
+//! The batch chart (SVG): per second, the offered rate and p50/p99, medians per configuration.
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
