@@ -1,5 +1,4 @@
-//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap on loopback
-//! ([`session`]); the RIE starts the bootstrap at the first invocation, both write one log.
+//! One run of AWS's Runtime Interface Emulator with the bootstrap on loopback ([`session`]).
 
 use super::events::Answer;
 use super::logs::Log;
@@ -13,8 +12,7 @@ use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
-/// What the function is configured with (template.yaml's defaults, [`super::sam::defaults`],
-/// unless overridden).
+/// What the function is configured with (template.yaml's defaults unless overridden).
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
     pub memory_mb: u32,
@@ -24,17 +22,14 @@ pub struct Settings {
     pub cpus: Option<f64>,
 }
 
-/// One run of the emulator: what each event sent in order got (the first starts the bootstrap).
+/// What each event sent in order got (the first starts the bootstrap).
 pub struct Session {
     pub launch_to_first_ms: f64,
-    /// Each event's answer and round trip (ms), or why there is none.
-    pub answers: Vec<Result<(Answer, f64), String>>,
-    /// The bootstrap's memory after the last answer.
+        pub answers: Vec<Result<(Answer, f64), String>>,
     pub memory: Option<Memory>,
     pub log: Log,
 }
 
-/// Runs the RIE for the bootstrap in `package_dir` (output to `log`), sends `events`, stops it.
 pub fn session(
     rie: &Path,
     package_dir: &Path,
@@ -79,7 +74,6 @@ pub fn session(
     Ok(Session { launch_to_first_ms, answers, memory, log })
 }
 
-/// Starts the RIE and waits (at most 20 s) until it listens; returns it, its API and the launch.
 fn start(
     rie: &Path,
     dir: &Path,
@@ -146,7 +140,6 @@ impl Drop for Emulator {
     }
 }
 
-/// The bootstrap's memory (MB), from `/proc/<pid>/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Memory {
     pub peak_rss_mb: f64,
@@ -165,13 +158,11 @@ impl Memory {
     }
 }
 
-/// A free loopback TCP address (the port is released for the RIE to take).
 pub fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
 }
 
-/// A cgroup v1 CPU group with a quota of `cpus` per 100 ms period, and a two-line shell wrapper
-/// that moves itself into it and execs the bootstrap (the RIE starts the wrapper).
+/// A cgroup v1 CPU quota of `cpus`, and a wrapper (the RIE starts it) that joins it and execs.
 fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     use std::os::unix::fs::PermissionsExt;
     let cg = PathBuf::from(format!("/sys/fs/cgroup/cpu/xtask-lambda-{}", std::process::id()));
@@ -187,7 +178,6 @@ fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     Ok((wrapper, cg))
 }
 
-/// Every descendant of `pid`, from the `children` lists of its threads in /proc.
 fn descendants(pid: u32) -> Vec<u32> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
     let lists =

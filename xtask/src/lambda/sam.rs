@@ -1,5 +1,4 @@
-//! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, installed from PyPI when missing; it brings
-//! cfn-lint and the emulator), template.yaml's defaults, `sam validate --lint` and `sam build`.
+//! AWS SAM CLI in a venv (`LAMBDA_VENV`; it brings cfn-lint and the emulator), template.yaml.
 
 use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};
@@ -48,12 +47,10 @@ impl Tools {
         Ok(Tools { sam, rie })
     }
 
-    /// A `sam` command in the project root, telemetry off (nothing here talks to AWS).
     pub fn sam(&self, args: &[&str]) -> duct::Expression {
         duct::cmd(&self.sam, args).dir(root()).env("SAM_CLI_TELEMETRY", "0")
     }
 
-    /// `sam validate --lint` (SAM's schema and cfn-lint); returns its output.
     pub fn validate(&self) -> Result<String> {
         let out = util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?;
         Ok(out.trim().into())
