@@ -2,7 +2,7 @@
 
 use super::events::Answer;
 use super::logs::Log;
-use crate::util::{self, log, ms};
+use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -25,7 +25,7 @@ pub struct Settings {
 /// What each event sent in order got (the first starts the bootstrap).
 pub struct Session {
     pub launch_to_first_ms: f64,
-        pub answers: Vec<Result<(Answer, f64), String>>,
+    pub answers: Vec<Result<(Answer, f64), String>>,
     pub memory: Option<Memory>,
     pub log: Log,
 }
@@ -44,7 +44,7 @@ pub fn session(
         let req = agent.post(&url).header("content-type", "application/json");
         let mut resp = req.send(event).context("invoke through the emulator")?;
         let body = resp.body_mut().read_to_vec()?;
-        let rtt = ms(t.elapsed());
+        let rtt = t.elapsed().as_secs_f64() * 1e3;
         if resp.status() != 200 {
             let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
             bail!("the emulator answered HTTP {}: {shown}", resp.status());
@@ -56,7 +56,7 @@ pub fn session(
     for event in events {
         answers.push(invoke(event).map_err(|e| format!("{e:#}")));
         if answers.len() == 1 {
-            launch_to_first_ms = ms(launched.elapsed());
+            launch_to_first_ms = launched.elapsed().as_secs_f64() * 1e3;
         }
     }
     // The bootstrap's index pages count as file-backed RSS.

@@ -131,8 +131,14 @@ mod tests {
             // ReservedConcurrency's default -1 is AWS::NoValue: no reservation (an account of 10
             // allows none), nothing the account must leave free.
             ("Parameters.ReservedConcurrency.Default".into(), "-1"),
-            ("Conditions.HasReservedConcurrency".into(), "!Not\n- !Equals\n  - !Ref ReservedConcurrency\n  - -1\n"),
-            (format!("{f}.ReservedConcurrentExecutions"), "!If\n- HasReservedConcurrency\n- !Ref ReservedConcurrency\n- !Ref AWS::NoValue\n"),
+            (
+                "Conditions.HasReservedConcurrency".into(),
+                "!Not\n- !Equals\n  - !Ref ReservedConcurrency\n  - -1\n",
+            ),
+            (
+                format!("{f}.ReservedConcurrentExecutions"),
+                "!If\n- HasReservedConcurrency\n- !Ref ReservedConcurrency\n- !Ref AWS::NoValue\n",
+            ),
             (format!("{f}.Events"), "null"),
             (format!("{f}.FunctionUrlConfig"), "null"),
             (format!("{role}.ManagedPolicyArns"), "null"),
