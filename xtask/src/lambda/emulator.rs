@@ -37,49 +37,6 @@ pub fn session(
     log: PathBuf,
     events: &[Vec<u8>],
 ) -> Result<Session> {
-    let (emu, api, launched) = start(rie, package_dir, s, &log)?;
-    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
-    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
-        let t = Instant::now();
-        let req = agent.post(&url).header("content-type", "application/json");
-        let mut resp = req.send(event).context("invoke through the emulator")?;
-        let body = resp.body_mut().read_to_vec()?;
-        let rtt = t.elapsed().as_secs_f64() * 1e3;
-        if resp.status() != 200 {
-            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-            bail!("the emulator answered HTTP {}: {shown}", resp.status());
-        }
-        Ok((Answer::parse(&body)?, rtt))
-    };
-    let mut answers = Vec::new();
-    let mut launch_to_first_ms = f64::NAN;
-    for event in events {
-        answers.push(invoke(event).map_err(|e| format!("{e:#}")));
-        if answers.len() == 1 {
-            launch_to_first_ms = launched.elapsed().as_secs_f64() * 1e3;
-        }
-    }
-    // The bootstrap's index pages count as file-backed RSS.
-    let proc = |pid: u32, file| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
-    let pids = emu.child.pids().into_iter().flat_map(descendants);
-    let bootstrap =
-        pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
-    let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
-    // The log as it was before the kill: what they print about being killed is not the run's.
-    let len = std::fs::metadata(&log)?.len() as usize;
-    drop(emu);
-    let mut text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
-    text.truncate(len);
-    let log = Log::parse(&String::from_utf8_lossy(&text));
-    Ok(Session { launch_to_first_ms, answers, memory, log })
-}
-
-fn start(
-    rie: &Path,
-    dir: &Path,
-    s: &Settings,
-    log: &Path,
-) -> Result<(Emulator, SocketAddr, Instant)> {
     let (api, runtime_api) = (free_port()?, free_port()?);
     let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
     let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
@@ -88,7 +45,7 @@ fn start(
     let flags =
         ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
     let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
-    let child = util::to_log(e.dir(dir).stdin_null(), log)
+    let child = util::to_log(e.dir(package_dir).stdin_null(), &log)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
         .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
         // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
@@ -111,7 +68,36 @@ fn start(
         }
         Ok(Err("not listening".into()))
     })?;
-    Ok((emu, api, launched))
+    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
+    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
+        let t = Instant::now();
+        let req = agent.post(&url).header("content-type", "application/json");
+        let mut resp = req.send(event).context("invoke through the emulator")?;
+        let body = resp.body_mut().read_to_vec()?;
+        let rtt = t.elapsed().as_secs_f64() * 1e3;
+        if resp.status() != 200 {
+            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            bail!("the emulator answered HTTP {}: {shown}", resp.status());
+        }
+        Ok((Answer::parse(&body)?, rtt))
+    };
+    let answer = |e: &Vec<u8>| invoke(e).map_err(|e| format!("{e:#}"));
+    let mut answers: Vec<_> = events.iter().take(1).map(answer).collect();
+    let launch_to_first_ms = launched.elapsed().as_secs_f64() * 1e3;
+    answers.extend(events.iter().skip(1).map(answer));
+    // The bootstrap's index pages count as file-backed RSS.
+    let proc = |pid: u32, file| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
+    let pids = emu.child.pids().into_iter().flat_map(descendants);
+    let bootstrap =
+        pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
+    let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
+    // The log as it was before the kill: what they print about being killed is not the run's.
+    let len = std::fs::metadata(&log)?.len() as usize;
+    drop(emu);
+    let mut text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
+    text.truncate(len);
+    let log = Log::parse(&String::from_utf8_lossy(&text));
+    Ok(Session { launch_to_first_ms, answers, memory, log })
 }
 
 /// The running RIE: killed with the bootstrap (and its CPU group removed) when dropped.
