@@ -1,6 +1,4 @@
-//! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets (docs/FUZZING.md) under
-//! AddressSanitizer. `ci` runs a fixed count per target with a fixed seed from an empty working
-//! corpus (the same inputs on any machine); `long` runs each for a time on one CPU.
+//! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets (docs/FUZZING.md) under ASan.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -38,7 +36,6 @@ enum Mode {
     Build,
 }
 
-/// How one target's run went, from libFuzzer's final statistics.
 #[derive(Default, Serialize)]
 struct TargetRun {
     target: String,
@@ -53,9 +50,7 @@ struct TargetRun {
     log: String,
 }
 
-/// `[wrapper...] cargo [+nightly] fuzz <args>` in `fuzz/`: on the nightly toolchain when there is
-/// one, else on stable, which ships the same sanitizer runtimes and takes `-Zsanitizer` with
-/// `RUSTC_BOOTSTRAP=1`.
+/// On nightly when there is one, else stable (same sanitizer runtimes) with RUSTC_BOOTSTRAP=1.
 fn cargo_fuzz(nightly: bool, wrapper: &[String], args: &[String]) -> duct::Expression {
     let toolchain = nightly.then(|| "+nightly".to_string());
     let argv = [wrapper, &["cargo".into()], toolchain.as_slice(), &["fuzz".into()], args].concat();
@@ -89,8 +84,6 @@ pub fn run(args: Args) -> Result<()> {
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)
 }
 
-/// libFuzzer's options for `target`: the budget, limits, final statistics, and the target's
-/// dictionary and input length where `fuzz/` has them.
 fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) -> Vec<String> {
     // libFuzzer executes every seed before it counts mutations toward `-runs`.
     let mut a = vec![match mode {
@@ -111,7 +104,6 @@ fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) 
     a
 }
 
-/// libFuzzer's final `stat::<key>: <value>` in a log.
 fn stat(log: &str, key: &str) -> Option<u64> {
     let prefix = format!("stat::{key}:");
     log.lines().rev().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())

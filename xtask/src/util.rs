@@ -13,13 +13,11 @@ macro_rules! log {
 }
 pub(crate) use log;
 
-/// `duct::cmd!` started in the workspace root.
 macro_rules! cmd {
     ($($arg:expr),+ $(,)?) => { duct::cmd!($($arg),+).dir($crate::util::root()) };
 }
 pub(crate) use cmd;
 
-/// The workspace root (the parent of this crate).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
 }
@@ -43,12 +41,10 @@ pub fn xtask_dir(sub: &str) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// Runs `e`, failing with its command line unless it exits 0.
 pub fn run(e: &duct::Expression) -> Result<()> {
     e.run().map(drop).with_context(|| format!("running {e:?}"))
 }
 
-/// Runs `e` and returns its stdout (trailing newlines cut); fails unless it exits 0.
 pub fn read(e: &duct::Expression) -> Result<String> {
     e.read().with_context(|| format!("running {e:?}"))
 }
@@ -64,7 +60,6 @@ pub fn venv(var: &str, name: &str) -> PathBuf {
     std::env::var_os(var).map_or_else(|| home().join(name), PathBuf::from)
 }
 
-/// Fails with an actionable message unless `program` can be started.
 pub fn require(program: &str, why: &str) -> Result<()> {
     let found = duct::cmd!(program, "--version").stdout_null().stderr_null().unchecked().run();
     ensure!(found.is_ok(), "{program} is needed {why}; run scripts/setup.sh (it installs it)");
@@ -85,17 +80,11 @@ pub fn date() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%d").to_string()
 }
 
-pub fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The 1, 5 and 15 minute load averages, for the record of a measurement.
 pub fn loadavg() -> String {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-/// The median (mean of the middle two for an even count; NaN for none).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -105,7 +94,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Count, p50 and p99 (the value at rank `p * n`) and max of a set of values.
+/// p50 and p99 are the values at rank `p * n`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Quantiles {
     pub n: usize,
@@ -158,7 +147,7 @@ pub fn poll<T>(
     }
 }
 
-/// An HTTP client (loopback, no TLS) that fails after `timeout` and returns every status.
+/// Loopback, no TLS; every status is an answer.
 pub fn http_agent(timeout: Duration) -> ureq::Agent {
     let config = ureq::Agent::config_builder().timeout_global(Some(timeout));
     config.http_status_as_error(false).build().into()
@@ -168,25 +157,21 @@ pub fn signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<()> {
     Ok(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?)
 }
 
-/// Fails unless a Docker engine is usable here (`docker info` answers with a server version).
+/// `docker info` answers with a server version.
 pub fn docker_usable() -> Result<()> {
     let e = duct::cmd!("docker", "info", "--format", "{{.ServerVersion}}");
     let out =
         e.stdout_capture().stderr_capture().unchecked().run().context("cannot start docker")?;
-    if out.status.success() && !out.stdout.trim_ascii().is_empty() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    bail!(
-        "`docker info` fails: no usable Docker engine ({})",
-        stderr.lines().last().unwrap_or("").trim()
-    )
+    let why = String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").trim().to_owned();
+    let ok = out.status.success() && !out.stdout.trim_ascii().is_empty();
+    ensure!(ok, "`docker info` fails: no usable Docker engine ({why})");
+    Ok(())
 }
 
 /// The one target triple of the static builds (the contest's and Lambda's x86-64 Linux).
 pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
-/// The newest index artifact `function`'s build script packed below a `build/` directory.
+/// The newest index `function`'s build script packed below `build`.
 pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
     let dirs = std::fs::read_dir(build).ok()?.filter_map(|e| e.ok());
     let dirs = dirs.filter(|e| e.file_name().to_string_lossy().starts_with("function-"));
@@ -195,7 +180,6 @@ pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
     dated.max_by_key(|(t, _)| *t).map(|(_, p)| p)
 }
 
-/// Fails unless `path` is an x86-64 ELF executable without a program interpreter (static).
 pub fn check_static_x86_64(path: &Path) -> Result<()> {
     use object::elf::{EM_X86_64, PT_INTERP};
     use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
@@ -230,7 +214,6 @@ impl ScratchImage {
         self.0.insert(path.into(), Node::Text(body.into()));
         self
     }
-    /// A host file (symlinks resolved) at `path` in the image.
     pub fn file(&mut self, path: &str, from: &Path, mode: u32) -> &mut Self {
         self.0.insert(path.into(), Node::File(from.into(), mode));
         self
@@ -253,34 +236,27 @@ impl ScratchImage {
         for (name, node) in &self.0 {
             use tar::EntryType::{Directory, Regular, Symlink};
             let mut h = tar::Header::new_gnu();
-            let (kind, mode, size, data): (_, _, u64, Box<dyn std::io::Read>) = match node {
-                Node::Dir(m) => (Directory, *m, 0, Box::new(std::io::empty())),
-                Node::Text(t) => (Regular, 0o644, t.len() as u64, Box::new(t.as_bytes())),
-                Node::File(f, m) => {
-                    let file = std::fs::File::open(f)
-                        .with_context(|| format!("cannot open {}", f.display()))?;
-                    (Regular, *m, file.metadata()?.len(), Box::new(file))
-                }
-                Node::Link(target) => {
-                    h.set_link_name(target)?;
-                    (Symlink, 0o777, 0, Box::new(std::io::empty()))
-                }
+            let read = |f: &Path| std::fs::read(f).with_context(|| format!("no {}", f.display()));
+            let (kind, mode, data) = match node {
+                Node::Dir(m) => (Directory, *m, vec![]),
+                Node::Text(t) => (Regular, 0o644, t.as_bytes().to_vec()),
+                Node::File(f, m) => (Regular, *m, read(f)?),
+                Node::Link(target) => (Symlink, 0o777, h.set_link_name(target).map(|_| vec![])?),
             };
             h.set_entry_type(kind);
             h.set_mode(mode);
-            h.set_size(size);
+            h.set_size(data.len() as u64);
             // Owner and mtime 0 (the header starts zeroed, but a zeroed field is not an octal 0).
             h.set_uid(0);
             h.set_gid(0);
             h.set_mtime(0);
-            tar.append_data(&mut h, name, data)?;
+            tar.append_data(&mut h, name, &data[..])?;
         }
         tar.into_inner()?.sync_all()?;
         Ok(())
     }
 }
 
-/// `docker build` of `dockerfile` (copied into `context`) tagged `tag`.
 pub fn docker_build(context: &Path, dockerfile: &Path, tag: &str) -> Result<()> {
     std::fs::copy(dockerfile, context.join("Dockerfile"))
         .with_context(|| format!("cannot copy {}", dockerfile.display()))?;
@@ -289,7 +265,6 @@ pub fn docker_build(context: &Path, dockerfile: &Path, tag: &str) -> Result<()> 
 
 pub const TEST_SET: &str = "tests/data/test-data.json.gz";
 
-/// One public payload with the labeller's answer.
 #[derive(Deserialize)]
 pub struct Entry {
     pub request: Box<serde_json::value::RawValue>,
@@ -297,7 +272,6 @@ pub struct Entry {
     pub expected_fraud_score: f64,
 }
 
-/// The public test set (54,100 entries).
 pub fn test_entries() -> Result<Vec<Entry>> {
     #[derive(Deserialize)]
     struct TestFile {
@@ -314,7 +288,6 @@ pub fn spread(len: usize, n: usize) -> Vec<usize> {
     (0..len).step_by((len / n.max(1)).max(1)).take(n).collect()
 }
 
-/// The JSON object on the last line of a command's stdout.
 pub fn last_json<T: for<'de> Deserialize<'de>>(stdout: &str, what: &str) -> Result<T> {
     let line = stdout.lines().last().with_context(|| format!("{what} printed nothing"))?;
     serde_json::from_str(line).with_context(|| format!("{what}: unexpected last line {line:?}"))
@@ -336,15 +309,12 @@ pub fn verdict(name: &str, passed: bool, figures: &str, detail: &impl Serialize)
     Ok(())
 }
 
-/// `; problems: a; b` for a verdict line, or nothing.
+/// `; problems: a; b`, or nothing.
 pub fn problems_suffix(problems: &[String]) -> String {
-    if problems.is_empty() {
-        return String::new();
-    }
-    format!("; problems: {}", problems.join("; "))
+    let joined = (!problems.is_empty()).then(|| format!("; problems: {}", problems.join("; ")));
+    joined.unwrap_or_default()
 }
 
-/// `a, b, c`: the items of `it` shown by `f`.
 pub fn list<T>(it: impl IntoIterator<Item = T>, f: impl FnMut(T) -> String) -> String {
     it.into_iter().map(f).collect::<Vec<_>>().join(", ")
 }

@@ -7,13 +7,11 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-/// The sizes of the public test set and of the final-shape set: every one answered exactly.
 const PUBLIC: u64 = 54_100;
 const FINAL: (&str, u64) = ("tests/data/final-test-data.csv.gz", 72_100);
 const HOSTILE: &str = "local-runner/tests/data/hostile-valid.json";
 
-/// Payloads compared at the neighbour level: public (spread over the file), generated and
-/// adversarial, the last two from `SEED`.
+/// Payloads compared at the neighbour level: public, generated and adversarial (from `SEED`).
 const SAMPLE: u64 = 2_000;
 const GENERATED: u64 = 2_000;
 const ADVERSARIAL: u64 = 500;
@@ -48,7 +46,6 @@ struct Neighbours {
     wall_s: f64,
 }
 
-/// What the three checks gave.
 #[derive(Serialize, Default)]
 struct Gathered {
     answers: Answers,
@@ -88,7 +85,6 @@ fn gather() -> Result<Gathered> {
     Ok(Gathered { answers, answers_wall_s, final_answers, neighbours, hostile_current })
 }
 
-/// Every answer exact; every neighbour compared as asked with no difference, and ties there.
 fn judge(g: &Gathered) -> bool {
     let (a, n) = (&g.answers, &g.neighbours);
     let exact = |a: &Answers, n| a.total == n && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
@@ -101,32 +97,25 @@ fn judge(g: &Gathered) -> bool {
 }
 
 fn figures(g: &Gathered) -> String {
-    let Answers { total, fp, fn_, errors, detection_score: det, .. } = g.answers;
+    let (a, f, n) = (&g.answers, &g.final_answers, &g.neighbours);
+    // A wrong decision is also a wrong score, so these two count every inexact answer.
+    let exact = |a: &Answers| a.total.saturating_sub(a.errors + a.score_mismatches);
+    let (x, total, fp, fn_, errors) = (exact(a), a.total, a.fp, a.fn_, a.errors);
+    let (fx, ftotal, ffp, ffn, wall, det) =
+        (exact(f), f.total, f.fp, f.fn_, g.answers_wall_s, a.detection_score);
     let Neighbours { compared, public, generated, adversarial, wall_s, .. } = g.neighbours;
-    let (n, wall) = (&g.neighbours, g.answers_wall_s);
     let (vector, neighbour, decision) =
         (n.vector_differences, n.neighbour_differences, n.decision_differences);
     let (ties, f64_ties) = (n.ties_across_fifth, n.ties_decided_by_f64);
-    // A wrong decision is also a wrong score, so these two count every inexact answer.
-    let exact = total.saturating_sub(errors + g.answers.score_mismatches);
     let hostile = if g.hostile_current { "current" } else { "STALE" };
-    let f = &g.final_answers;
-    let final_exact = f.total.saturating_sub(f.errors + f.score_mismatches);
-    let (ftotal, ffp, ffn) = (f.total, f.fp, f.fn_);
-    format!(
-        "answers {exact}/{total} exact (FP {fp}, FN {fn_}, errors {errors}, detection {det:.2}, {wall:.1} s); \
-         final set {final_exact}/{ftotal} exact (FP {ffp}, FN {ffn}); \
-         neighbours {compared} compared ({public} public, {generated} generated, {adversarial} adversarial), \
-         {vector} vector, {neighbour} neighbour, {decision} decision differences, {ties} ties across 5th \
-         ({f64_ties} decided by f64), {wall_s:.1} s; hostile cases {hostile}"
-    )
+    format!("answers {x}/{total} exact (FP {fp}, FN {fn_}, errors {errors}, detection {det:.2}, {wall:.1} s); final set {fx}/{ftotal} exact (FP {ffp}, FN {ffn}); neighbours {compared} compared ({public} public, {generated} generated, {adversarial} adversarial), {vector} vector, {neighbour} neighbour, {decision} decision differences, {ties} ties across 5th ({f64_ties} decided by f64), {wall_s:.1} s; hostile cases {hostile}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What `local-runner verify` and `verify --neighbours` print last (recorded samples).
+    /// What `local-runner verify` and `verify --neighbours` print last.
     const ANSWERS: &str = r#"{"total":54100,"tp":24500,"tn":29600,"fp":0,"fn":0,"errors":0,"score_mismatches":0,"detection_score":3000.0,"p50_us":8.5,"p99_us":30.1}"#;
     const NEIGHBOURS: &str = r#"{"compared":4500,"public":2000,"generated":2000,"adversarial":500,"refused_by_both":0,"vector_differences":0,"neighbour_differences":0,"decision_differences":0,"ties_across_fifth":37,"ties_decided_by_f64":2,"wall_s":12.5}"#;
 

@@ -1,9 +1,8 @@
-//! One run of AWS's Runtime Interface Emulator (RIE) with the packaged bootstrap on loopback
-//! ([`session`]); the RIE starts the bootstrap at the first invocation, both write one log.
+//! One run of AWS's Runtime Interface Emulator with the bootstrap on loopback ([`session`]).
 
 use super::events::Answer;
 use super::logs::Log;
-use crate::util::{self, log, ms};
+use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -13,8 +12,7 @@ use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
-/// What the function is configured with (template.yaml's defaults, [`super::sam::defaults`],
-/// unless overridden).
+/// What the function is configured with (template.yaml's defaults unless overridden).
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
     pub memory_mb: u32,
@@ -24,17 +22,14 @@ pub struct Settings {
     pub cpus: Option<f64>,
 }
 
-/// One run of the emulator: what each event sent in order got (the first starts the bootstrap).
+/// What each event sent in order got (the first starts the bootstrap).
 pub struct Session {
     pub launch_to_first_ms: f64,
-    /// Each event's answer and round trip (ms), or why there is none.
     pub answers: Vec<Result<(Answer, f64), String>>,
-    /// The bootstrap's memory after the last answer.
     pub memory: Option<Memory>,
     pub log: Log,
 }
 
-/// Runs the RIE for the bootstrap in `package_dir` (output to `log`), sends `events`, stops it.
 pub fn session(
     rie: &Path,
     package_dir: &Path,
@@ -42,50 +37,6 @@ pub fn session(
     log: PathBuf,
     events: &[Vec<u8>],
 ) -> Result<Session> {
-    let (emu, api, launched) = start(rie, package_dir, s, &log)?;
-    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
-    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
-        let t = Instant::now();
-        let req = agent.post(&url).header("content-type", "application/json");
-        let mut resp = req.send(event).context("invoke through the emulator")?;
-        let body = resp.body_mut().read_to_vec()?;
-        let rtt = ms(t.elapsed());
-        if resp.status() != 200 {
-            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-            bail!("the emulator answered HTTP {}: {shown}", resp.status());
-        }
-        Ok((Answer::parse(&body)?, rtt))
-    };
-    let mut answers = Vec::new();
-    let mut launch_to_first_ms = f64::NAN;
-    for event in events {
-        answers.push(invoke(event).map_err(|e| format!("{e:#}")));
-        if answers.len() == 1 {
-            launch_to_first_ms = ms(launched.elapsed());
-        }
-    }
-    // The bootstrap's index pages count as file-backed RSS.
-    let proc = |pid: u32, file| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
-    let pids = emu.child.pids().into_iter().flat_map(descendants);
-    let bootstrap =
-        pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
-    let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
-    // The log as it was before the kill: what they print about being killed is not the run's.
-    let len = std::fs::metadata(&log)?.len() as usize;
-    drop(emu);
-    let mut text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
-    text.truncate(len);
-    let log = Log::parse(&String::from_utf8_lossy(&text));
-    Ok(Session { launch_to_first_ms, answers, memory, log })
-}
-
-/// Starts the RIE and waits (at most 20 s) until it listens; returns it, its API and the launch.
-fn start(
-    rie: &Path,
-    dir: &Path,
-    s: &Settings,
-    log: &Path,
-) -> Result<(Emulator, SocketAddr, Instant)> {
     let (api, runtime_api) = (free_port()?, free_port()?);
     let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
     let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
@@ -94,7 +45,7 @@ fn start(
     let flags =
         ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
     let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
-    let child = util::to_log(e.dir(dir).stdin_null(), log)
+    let child = util::to_log(e.dir(package_dir).stdin_null(), &log)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
         .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
         // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
@@ -117,7 +68,36 @@ fn start(
         }
         Ok(Err("not listening".into()))
     })?;
-    Ok((emu, api, launched))
+    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
+    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
+        let t = Instant::now();
+        let req = agent.post(&url).header("content-type", "application/json");
+        let mut resp = req.send(event).context("invoke through the emulator")?;
+        let body = resp.body_mut().read_to_vec()?;
+        let rtt = t.elapsed().as_secs_f64() * 1e3;
+        if resp.status() != 200 {
+            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            bail!("the emulator answered HTTP {}: {shown}", resp.status());
+        }
+        Ok((Answer::parse(&body)?, rtt))
+    };
+    let answer = |e: &Vec<u8>| invoke(e).map_err(|e| format!("{e:#}"));
+    let mut answers: Vec<_> = events.iter().take(1).map(answer).collect();
+    let launch_to_first_ms = launched.elapsed().as_secs_f64() * 1e3;
+    answers.extend(events.iter().skip(1).map(answer));
+    // The bootstrap's index pages count as file-backed RSS.
+    let proc = |pid: u32, file| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
+    let pids = emu.child.pids().into_iter().flat_map(descendants);
+    let bootstrap =
+        pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
+    let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
+    // The log as it was before the kill: what they print about being killed is not the run's.
+    let len = std::fs::metadata(&log)?.len() as usize;
+    drop(emu);
+    let mut text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
+    text.truncate(len);
+    let log = Log::parse(&String::from_utf8_lossy(&text));
+    Ok(Session { launch_to_first_ms, answers, memory, log })
 }
 
 /// The running RIE: killed with the bootstrap (and its CPU group removed) when dropped.
@@ -146,7 +126,6 @@ impl Drop for Emulator {
     }
 }
 
-/// The bootstrap's memory (MB), from `/proc/<pid>/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Memory {
     pub peak_rss_mb: f64,
@@ -165,13 +144,11 @@ impl Memory {
     }
 }
 
-/// A free loopback TCP address (the port is released for the RIE to take).
 pub fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
 }
 
-/// A cgroup v1 CPU group with a quota of `cpus` per 100 ms period, and a two-line shell wrapper
-/// that moves itself into it and execs the bootstrap (the RIE starts the wrapper).
+/// A cgroup v1 CPU quota of `cpus`, and a wrapper (the RIE starts it) that joins it and execs.
 fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     use std::os::unix::fs::PermissionsExt;
     let cg = PathBuf::from(format!("/sys/fs/cgroup/cpu/xtask-lambda-{}", std::process::id()));
@@ -187,7 +164,6 @@ fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     Ok((wrapper, cg))
 }
 
-/// Every descendant of `pid`, from the `children` lists of its threads in /proc.
 fn descendants(pid: u32) -> Vec<u32> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
     let lists =

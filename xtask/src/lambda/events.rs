@@ -1,5 +1,4 @@
-//! The cases the function is held to: every event of events/ against its expected.tsv (status,
-//! then a JSON body, `error`, or `error:<field>`), and public payloads in the four event formats.
+//! The cases the function is held to: events/ with its expected.tsv, and replayed payloads.
 
 use crate::util::{self, root};
 use anyhow::{bail, Context, Result};
@@ -19,18 +18,13 @@ pub fn read_event(name: &str) -> Result<Vec<u8>> {
     std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// What an answer's body must be.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expect {
-    /// Exactly this JSON value.
     Json(Value),
-    /// `{"error": "<non-empty>"}`.
     Error,
-    /// `{"error": "<field>: ..."}`.
     ErrorAt(String),
 }
 
-/// One event (a file below events/, or what a replayed entry is named) and its expected answer.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub event: String,
@@ -38,7 +32,6 @@ pub struct Case {
     pub expect: Expect,
 }
 
-/// An event to send and the case its answer is held to.
 pub type Sent = (Vec<u8>, Case);
 
 /// Reads an expected.tsv (`event<TAB>status<TAB>body`, a header line first).
@@ -57,7 +50,6 @@ fn parse_table(text: &str) -> Result<Vec<Case>> {
     text.lines().skip(1).filter(|l| !l.is_empty()).map(case).collect()
 }
 
-/// Every case of events/expected.tsv, then of events/hostile/expected.tsv.
 pub fn cases() -> Result<Vec<Case>> {
     let tables = ["expected.tsv", "hostile/expected.tsv"].map(|t| {
         let text = String::from_utf8(read_event(t)?)?;
@@ -72,9 +64,7 @@ pub fn ready(source: &str) -> Result<Sent> {
     Ok((read_event(&event)?, Case { event, status: 200, expect }))
 }
 
-/// `n` public payloads spread evenly over the file, then (with `edges`) every entry with exactly
-/// 3 frauds in 5 (score 0.6, where a tie rule or an off-by-one would show); the `k`th in the
-/// format of source `source(k) % 4`, held to the labeller's answer.
+/// `n` public payloads, then (`edges`) every score 0.6, where a tie rule or an off-by-one shows.
 pub fn replay(n: usize, edges: bool, source: impl Fn(usize) -> usize) -> Result<Vec<Sent>> {
     let entries = util::test_entries()?;
     let each =
@@ -100,7 +90,6 @@ fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
     picked
 }
 
-/// An HTTP answer, whatever the event source.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
     pub status: u16,
@@ -110,8 +99,7 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// What the function answered, as `lambda_http` encodes it for every event source (headers
-    /// single or multi-valued, the body maybe base64), or the runtime's error.
+    /// As `lambda_http` encodes it for every source (headers single or multi-valued, base64).
     pub fn parse(raw: &[u8]) -> Result<Answer> {
         let shown = || String::from_utf8_lossy(raw).into_owned();
         let v: Value =
@@ -140,7 +128,6 @@ impl Answer {
         Ok(Answer { status: status as u16, content_type, allow, body })
     }
 
-    /// Why this answer does not meet `case`, if it does not.
     pub fn mismatch(&self, case: &Case) -> Option<String> {
         let body: Option<Value> = serde_json::from_str(&self.body).ok();
         let error = body.as_ref().and_then(|b| b.get("error")?.as_str()).filter(|e| !e.is_empty());
@@ -161,7 +148,6 @@ impl Answer {
     }
 }
 
-/// Why an answer (with its round trip), or the failure to get one, does not meet `case`.
 pub fn failure(answer: &Result<(Answer, f64), String>, case: &Case) -> Option<String> {
     match answer {
         Ok((a, _)) => a.mismatch(case),
@@ -169,7 +155,6 @@ pub fn failure(answer: &Result<(Answer, f64), String>, case: &Case) -> Option<St
     }
 }
 
-/// A JSON answer (tests).
 #[cfg(test)]
 pub fn answer(status: u16, body: &str) -> Answer {
     let content_type = Some("application/json".into());
@@ -180,16 +165,11 @@ pub fn answer(status: u16, body: &str) -> Answer {
 mod tests {
     use super::*;
 
-    /// The body an event carries (decoded when base64).
     fn body(event: &str) -> Vec<u8> {
         let e: Value = serde_json::from_slice(&read_event(event).unwrap()).unwrap();
         let b = e["body"].as_str().unwrap_or_default().as_bytes();
         let decoded = || base64::engine::general_purpose::STANDARD.decode(b).unwrap();
-        if e["isBase64Encoded"] == true {
-            decoded()
-        } else {
-            b.into()
-        }
+        (e["isBase64Encoded"] == true).then(decoded).unwrap_or_else(|| b.into())
     }
 
     #[test]

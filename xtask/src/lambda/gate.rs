@@ -1,5 +1,4 @@
-//! `cargo xtask lambda`: the CI gate. Gathered (sam validate, the build, the emulator run with
-//! template.yaml's settings, `sam build`), judged step by step, then one verdict line.
+//! `cargo xtask lambda`, the CI gate: sam validate, the build, the emulator run, `sam build`.
 
 use super::emulator::{self, Session, Settings};
 use super::events::{self, Case};
@@ -32,8 +31,7 @@ pub struct CiArgs {
     no_sam_build: bool,
 }
 
-/// The emulator run, what each answer must be (the first invocation, `events` cases of events/,
-/// the replay) and the init line the log must hold.
+/// The emulator run, each answer's case (first invocation, `events` of events/, the replay).
 struct Emulated {
     session: Session,
     cases: Vec<Case>,
@@ -50,7 +48,6 @@ struct Gathered {
     sam_build: Option<Result<(PathBuf, String)>>,
 }
 
-/// One step's result, as printed and recorded.
 #[derive(Debug, Serialize)]
 struct Step {
     name: &'static str,
@@ -58,7 +55,6 @@ struct Step {
     result: String,
 }
 
-/// The judgement: every step, the log checks, the verdict's figures.
 #[derive(Default)]
 struct Judged {
     steps: Vec<Step>,
@@ -97,15 +93,10 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
         emulated = Some(emulate(&tools, pkg, s, a.replay));
     }
     let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
-    if a.no_sam_build {
-        log!("sam build: left out (--no-sam-build)");
-    }
     let sam_build = (!a.no_sam_build).then(built);
     Ok(Gathered { validate, package, emulated, sam_build })
 }
 
-/// The first invocation, every event of events/, then `n` replayed payloads in turn in the four
-/// formats.
 fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
     let mut sent = vec![events::ready("apigw-v2")?];
     for case in events::cases()? {
@@ -170,19 +161,16 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     j
 }
 
-/// The value's line, or the error's.
 fn show<T>(r: &Result<T>, f: impl FnOnce(&T) -> String) -> String {
     r.as_ref().map_or_else(|e| format!("{e:#}"), f)
 }
 
-/// The figures' cold and warm timings.
 fn timing(first: f64, init: Option<f64>, w: Quantiles) -> String {
     let (init, Quantiles { p50, p99, .. }) = (init.unwrap_or(f64::NAN), w);
     format!("; cold first invocation {first:.1} ms (INIT REPORT {init:.2} ms); warm Duration p50 {p50:.2} ms p99 {p99:.2} ms")
 }
 
-/// The emulator run's steps (first invocation, events, replay, warm timings, memory, the log)
-/// and its figures: the counts, the timings.
+/// The emulator run's steps, and its figures: the counts, the timings.
 fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
     let (s, n) = (&e.session, e.events);
     let failures: Vec<Option<String>> =

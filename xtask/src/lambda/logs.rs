@@ -1,6 +1,4 @@
-//! A run's log ([`Log`]: the emulator's lines and the bootstrap's JSON) and what the function
-//! must log (function/src/bin/bootstrap.rs): one INFO line at init, one WARN line per failed
-//! request (never the body), nothing for a success, at most one closing line.
+//! A run's log and what the bootstrap must log: one init line, one per failure, a closing one.
 
 use anyhow::{Context, Result};
 use index_pack::format::{self, Footer};
@@ -20,13 +18,11 @@ impl Line {
         self.fields.get("message").and_then(|m| m.as_str()).unwrap_or("")
     }
 
-    /// The fields as a typed record; fails on a missing or an unexpected field.
     pub fn typed<T: for<'de> Deserialize<'de>>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_value(serde_json::to_value(&self.fields)?)
     }
 }
 
-/// What the log file says after a run.
 #[derive(Clone, Debug, Default)]
 pub struct Log {
     /// `INIT REPORT(durationMs: ...)`: exec of the bootstrap to its first request for work.
@@ -71,7 +67,6 @@ impl Log {
     }
 }
 
-/// The init line's fields, all of them.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Init {
@@ -85,7 +80,6 @@ pub struct Init {
     pub init_us: u64,
 }
 
-/// A failed request's line, all of its fields.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
@@ -97,9 +91,7 @@ pub struct Failure {
     pub field: Option<String>,
 }
 
-/// The init line the function must write with the artifact the build embedded, on this CPU (the
-/// search uses AVX2 kernels when AVX2, FMA and F16C are all there); `prefault` and `init_us` are
-/// the run's.
+/// The init line the embedded artifact gives on this CPU (`prefault`, `init_us`: the run's).
 pub fn expected(artifact: &Path) -> Result<Init> {
     let bytes =
         std::fs::read(artifact).with_context(|| format!("cannot read {}", artifact.display()))?;
@@ -121,7 +113,6 @@ pub fn expected(artifact: &Path) -> Result<Init> {
     })
 }
 
-/// The outcome of the log checks.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     pub init: Option<Init>,
@@ -199,7 +190,6 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
 mod tests {
     use super::*;
 
-    /// The init line of [`INIT`] (a run's `init_us` is its own).
     fn want() -> Init {
         Init { init_us: 0, ..Log::parse(INIT).lines[0].typed().unwrap() }
     }

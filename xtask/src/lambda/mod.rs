@@ -1,5 +1,4 @@
-//! `cargo xtask lambda ...` (docs/LAMBDA.md): one build ([`package`]), tested under AWS's emulator
-//! by the CI gate ([`gate`]), shipped by `sam build` as that very binary; instruments: [`measure`].
+//! `cargo xtask lambda` (docs/LAMBDA.md): one build, tested by the gate, shipped by `sam build`.
 
 mod emulator;
 mod events;

@@ -1,7 +1,5 @@
-//! The one build of the Lambda `bootstrap` (static glibc: provided.al2023's is older than many
-//! build hosts) and its zip, in `<target>/lambda-package/`. The index the workspace's release
-//! build packed is reused from a fixed path with its mtime, so build.rs reruns only when it
-//! changes; `LAMBDA_PACK_INDEX=1` packs from the references instead.
+//! The one static build of `bootstrap` (provided.al2023's glibc is older than many hosts) and its
+//! zip; the workspace's index is reused from a fixed path (`LAMBDA_PACK_INDEX=1` packs anew).
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};
@@ -11,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 pub const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
-/// Lambda's limits on a zip package: direct upload (zipped) and unzipped size.
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
 pub const LIMIT_UNZIPPED: u64 = 250 << 20;
 
@@ -46,8 +43,6 @@ fn built_dir() -> PathBuf {
     util::target_dir().join(TRIPLE).join("release")
 }
 
-/// The package: built (reusing the workspace build's index when it can), or with `skip_build`
-/// the last build's as it is.
 pub fn build(skip_build: bool) -> Result<Package> {
     let reuse = util::target_dir().join("lambda-index.idx");
     let packed = || {
@@ -77,8 +72,6 @@ fn cargo(index: Option<&Path>) -> duct::Expression {
     }
 }
 
-/// Checks the binary and lays out the package: `lambda-package/bootstrap/bootstrap` (what the
-/// emulator runs) and `lambda-package/bootstrap.zip`.
 fn assemble(index_artifact: PathBuf) -> Result<Package> {
     let built = built_dir().join("bootstrap");
     util::check_static_x86_64(&built).context("the static flags did not apply")?;

@@ -1,12 +1,9 @@
-//! `cargo xtask lambda preflight`: before `sam deploy`, the account's concurrency and the
-//! `ReservedConcurrency` values it allows (AWS keeps 100 executions unreserved). The aws CLI
-//! never looks for credentials on the instance-metadata address.
+//! `cargo xtask lambda preflight`: the `ReservedConcurrency` the account allows (100 stay free).
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// `AccountLimit` of `aws lambda get-account-settings`.
 #[derive(Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "PascalCase")]
 pub struct Limit {
@@ -27,7 +24,6 @@ pub fn advice(l: &Limit) -> (Option<u64>, String) {
     (max, format!("account limit {limit}, unreserved {unreserved}: {text}"))
 }
 
-/// Whether `aws configure list` names an access key.
 fn has_credentials(list: &str) -> bool {
     let key = list.lines().find(|l| l.trim_start().starts_with("access_key"));
     key.is_some_and(|l| !l.contains("<not set>"))

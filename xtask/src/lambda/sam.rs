@@ -1,5 +1,4 @@
-//! AWS SAM CLI in a Python venv (`LAMBDA_VENV`, installed from PyPI when missing; it brings
-//! cfn-lint and the emulator), template.yaml's defaults, `sam validate --lint` and `sam build`.
+//! AWS SAM CLI in a venv (`LAMBDA_VENV`; it brings cfn-lint and the emulator), template.yaml.
 
 use super::emulator::Settings;
 use crate::util::{self, cmd, log, root};
@@ -48,12 +47,10 @@ impl Tools {
         Ok(Tools { sam, rie })
     }
 
-    /// A `sam` command in the project root, telemetry off (nothing here talks to AWS).
     pub fn sam(&self, args: &[&str]) -> duct::Expression {
         duct::cmd(&self.sam, args).dir(root()).env("SAM_CLI_TELEMETRY", "0")
     }
 
-    /// `sam validate --lint` (SAM's schema and cfn-lint); returns its output.
     pub fn validate(&self) -> Result<String> {
         let out = util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?;
         Ok(out.trim().into())
@@ -101,26 +98,6 @@ mod tests {
         yaml_serde::to_string(v).unwrap()
     }
 
-    /// `v` with template.yaml's intrinsics (!Ref, !If, !Not, !Equals) resolved for `params`
-    /// over the defaults; `None` is AWS::NoValue (the property is left out).
-    fn resolve(t: &Value, v: &Value, params: &[(&str, i64)]) -> Option<Value> {
-        let Value::Tagged(tv) = v else { return Some(v.clone()) };
-        let arg = |i: usize| resolve(t, &tv.value[i], params);
-        let (tag, name) = (tv.tag.to_string(), tv.value.as_str().unwrap_or_default());
-        let given = params.iter().find(|(p, _)| *p == name).map(|(_, v)| Value::from(*v));
-        match tag.trim_start_matches('!') {
-            "Ref" if name == "AWS::NoValue" => None,
-            "Ref" => Some(given.unwrap_or_else(|| t["Parameters"][name]["Default"].clone())),
-            "If" => {
-                let condition = resolve(t, &t["Conditions"][tv.value[0].as_str()?], params)?;
-                arg(if condition == Value::Bool(true) { 1 } else { 2 })
-            }
-            "Not" => Some(Value::Bool(arg(0)? != Value::Bool(true))),
-            "Equals" => Some(Value::Bool(arg(0)? == arg(1)?)),
-            _ => Some(v.clone()),
-        }
-    }
-
     #[test]
     fn the_template_keeps_its_defaults_role_and_one_bounded_endpoint() {
         let d = defaults().unwrap();
@@ -151,7 +128,17 @@ mod tests {
             (format!("{f}.Role"), "FraudScoreRole.Arn"),
             (format!("{f}.LoggingConfig.LogGroup"), "FraudScoreLogGroup"),
             (format!("{f}.LoggingConfig.LogFormat"), "JSON"),
-            (format!("{f}.ReservedConcurrentExecutions"), "ReservedConcurrency"),
+            // ReservedConcurrency's default -1 is AWS::NoValue: no reservation (an account of 10
+            // allows none), nothing the account must leave free.
+            ("Parameters.ReservedConcurrency.Default".into(), "-1"),
+            (
+                "Conditions.HasReservedConcurrency".into(),
+                "!Not\n- !Equals\n  - !Ref ReservedConcurrency\n  - -1\n",
+            ),
+            (
+                format!("{f}.ReservedConcurrentExecutions"),
+                "!If\n- HasReservedConcurrency\n- !Ref ReservedConcurrency\n- !Ref AWS::NoValue\n",
+            ),
             (format!("{f}.Events"), "null"),
             (format!("{f}.FunctionUrlConfig"), "null"),
             (format!("{role}.ManagedPolicyArns"), "null"),
@@ -169,18 +156,5 @@ mod tests {
         for (path, want) in holds {
             assert!(at(&t, &path).contains(want), "{path}: {}", at(&t, &path));
         }
-    }
-
-    #[test]
-    fn the_default_deploys_on_an_account_with_a_limit_of_10() {
-        use super::super::preflight::{advice, Limit};
-        let t = template().unwrap();
-        let reserved = &t["Resources"][FUNCTION]["Properties"]["ReservedConcurrentExecutions"];
-        assert_eq!(t["Parameters"]["ReservedConcurrency"]["Default"], Value::from(-1));
-        // -1 resolves to AWS::NoValue: no reservation, nothing the account must leave free.
-        assert_eq!(resolve(&t, reserved, &[]), None);
-        assert_eq!(resolve(&t, reserved, &[("ReservedConcurrency", 5)]), Some(Value::from(5)));
-        let ten = Limit { concurrent_executions: 10, unreserved_concurrent_executions: 10 };
-        assert_eq!(advice(&ten).0, None, "an account of 10 allows no reservation: only -1 deploys");
     }
 }

@@ -1,11 +1,11 @@
-//! `cargo xtask lambda cold-start`: starts with the page cache dropped (root), so the index
-//! comes from the disk as on a new execution environment; the lazy index against
-//! `FRAUD_PREFAULT=1`, alternated (ABBA), medians per mode.
+//! `cargo xtask lambda cold-start`: page cache dropped (root) as on a new environment; lazy
+//! index against `FRAUD_PREFAULT=1`, alternated (ABBA), medians per mode.
 
-use super::super::emulator::{self, Settings};
+use super::super::emulator::{self, Session, Settings};
 use super::super::events::{self, Case};
+use super::super::logs::{self, Init};
+use super::super::package;
 use super::super::sam::{self, Tools};
-use super::super::{logs, package};
 use crate::util::{self, cmd, log, median};
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
@@ -42,7 +42,6 @@ const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration
     duration_sum_10_ms duration_sum_n_ms rtt_sum_1_ms rtt_sum_10_ms rtt_sum_n_ms init_plus_n_ms \
     warm_duration_sum_ms rss_file_mb";
 
-/// One start, or the medians of a mode's starts.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 struct Start {
     mode: Mode,
@@ -67,36 +66,30 @@ struct Batch {
     summary: Vec<Summary>,
 }
 
-/// What every start uses: the tools, the package, and the events with their cases (GET /ready,
-/// then the queries in the Function URL format, the template's default endpoint, twice).
-struct Setup {
-    tools: Tools,
-    pkg: package::Package,
-    want: logs::Init,
-    defaults: Settings,
-    sent: (Vec<Vec<u8>>, Vec<Case>),
-}
-
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.starts > 0, "need --starts >= 1");
     let t = Instant::now();
     drop_caches().context("dropping the page cache needs root")?;
-    let tools = Tools::ensure()?;
-    let pkg = package::build(a.skip_build)?;
+    let (tools, pkg) = (Tools::ensure()?, package::build(a.skip_build)?);
+    // GET /ready, then the queries in the Function URL format (the default endpoint), twice.
     let queries = events::replay(QUERIES, false, |_| 2)?;
     let sent = [vec![events::ready("function-url")?], queries.clone(), queries].concat();
+    let (bodies, cases): (Vec<_>, Vec<_>) = sent.into_iter().unzip();
     let (want, defaults) = (logs::expected(&pkg.index_artifact)?, sam::defaults()?);
-    let setup = Setup { want, defaults, sent: sent.into_iter().unzip(), tools, pkg };
     let loadavg_before = util::loadavg();
     log!("load average before: {loadavg_before}");
     let mut starts = Vec::new();
     for i in 0..a.starts {
         for mode in [[Mode::Lazy, Mode::Prefault], [Mode::Prefault, Mode::Lazy]][i % 2] {
-            starts.push(one_start(&setup, i, mode)?);
+            let settings = Settings { prefault: mode == Mode::Prefault, ..defaults.clone() };
+            let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
+            drop_caches()?;
+            let run = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
+            starts.push(one_start(&run, &cases, &want, i, mode)?);
         }
     }
     let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
-    let (date, bootstrap_sha256) = (util::date(), setup.pkg.sha256.clone());
+    let (date, bootstrap_sha256) = (util::date(), pkg.sha256.clone());
     let (names, queries) = (FIGURES, QUERIES);
     let batch =
         Batch { figures: names, date, loadavg_before, queries, bootstrap_sha256, starts, summary };
@@ -109,21 +102,15 @@ pub fn run(a: Args) -> Result<()> {
     util::verdict("lambda cold-start", true, &figures(&batch, t.elapsed().as_secs_f64()), &batch)
 }
 
-/// One start from cold storage in `mode`: init, the queries, the same queries warm.
-fn one_start(s: &Setup, i: usize, mode: Mode) -> Result<Start> {
-    let prefault = mode == Mode::Prefault;
-    drop_caches()?;
-    let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
-    let settings = Settings { prefault, ..s.defaults.clone() };
-    let (bodies, cases) = &s.sent;
-    let run = emulator::session(&s.tools.rie, &s.pkg.dir, &settings, log, bodies)?;
+/// One start's figures: init, the queries, the same queries warm.
+fn one_start(run: &Session, cases: &[Case], want: &Init, i: usize, mode: Mode) -> Result<Start> {
     if let Some(f) = run.answers.iter().zip(cases).find_map(|(a, c)| events::failure(a, c)) {
         bail!("start {i} {mode:?}: {f}");
     }
     let rtts: Vec<f64> = run.answers.iter().flatten().map(|(_, rtt)| *rtt).collect();
     let (n, log, reports) = (QUERIES, &run.log, run.log.durations_ms.len());
     ensure!(reports == 1 + 2 * n, "{reports} REPORT lines, want {}", 1 + 2 * n);
-    let report = logs::check(log, &vec![200; 1 + 2 * n], &s.want, prefault);
+    let report = logs::check(log, &vec![200; 1 + 2 * n], want, mode == Mode::Prefault);
     if let Some(p) = report.problems.first() {
         bail!("start {i} {mode:?}: {p}");
     }
@@ -138,7 +125,6 @@ fn one_start(s: &Setup, i: usize, mode: Mode) -> Result<Start> {
     Ok(Start { mode, v })
 }
 
-/// Empties the page cache (after writing dirty pages back).
 fn drop_caches() -> Result<()> {
     util::run(&cmd!("sync"))?;
     Ok(std::fs::write("/proc/sys/vm/drop_caches", "3")?)
@@ -158,7 +144,6 @@ fn figures(b: &Batch, seconds: f64) -> String {
     format!("{starts} starts per mode, medians lazy/prefault: init {init} ms, first query {first} ms, first 10 {ten} ms, first {n} {all} ms, init + first {n} {plus} ms; {seconds:.0} s")
 }
 
-/// The batch as Markdown: medians, then every start.
 fn markdown(b: &Batch) -> String {
     let (n, starts) = (b.queries, b.summary[0].starts);
     let (date, load, sha) = (&b.date, &b.loadavg_before, &b.bootstrap_sha256);

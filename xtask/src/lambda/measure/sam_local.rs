@@ -1,7 +1,5 @@
-//! `cargo xtask lambda sam-local`: `sam local invoke` and `start-api` against a stand-in for
-//! the Lambda base image under a private tag ([`STAND_IN`]): never under AWS's public name,
-//! which would shadow the real image for every project. start-api serves a copy of the built
-//! template with two HttpApi events; the deployed template keeps its one endpoint.
+//! `cargo xtask lambda sam-local`: `sam local invoke` and `start-api` on a stand-in base image
+//! under a private tag (AWS's public name would shadow the real image for every project).
 
 use super::super::events::{self, Answer};
 use super::super::sam::{Tools, FUNCTION};
@@ -66,8 +64,7 @@ pub fn run(a: Args) -> Result<()> {
     util::verdict("lambda sam-local", passed == n && api_ok, &figures, &detail)
 }
 
-/// `sam local start-api` on a free loopback port with the built template plus two HttpApi
-/// events: `GET /ready` must answer 200, a `POST /fraud-score` 200 with a decision.
+/// start-api on a copy of the built template with two HttpApi events (the deployed has none).
 fn start_api(tools: &Tools) -> Result<String> {
     let build = util::root().join(".aws-sam/build");
     let mut t: yaml_serde::Value =
@@ -114,7 +111,6 @@ fn start_api(tools: &Tools) -> Result<String> {
     Ok(format!("GET /ready 200 {ready}, POST /fraud-score {status} {body} on 127.0.0.1:{port}"))
 }
 
-/// Builds the stand-in for the Lambda base image, [`STAND_IN`], unless it exists.
 fn stand_in_image() -> Result<()> {
     let image = STAND_IN;
     let inspect = duct::cmd!("docker", "image", "inspect", &image).stdout_null().stderr_null();
