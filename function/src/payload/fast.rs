@@ -54,7 +54,7 @@ fn stop(b: &[u8]) -> Option<usize> {
     }
     b[i..]
         .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20 || c >= 0x80)
+        .position(|&c| c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c))
         .map(|p| i + p)
 }
 
