@@ -7,8 +7,8 @@
 //! build, one core, the public set: docs/results/2026-12-01-search.md).
 //!
 //! It reads bytes and accepts only ASCII, so a body it answers is valid UTF-8 without the
-//! separate UTF-8 pass [`super::parse`] makes before serde: that pass was the first touch of a
-//! cold body and ~45 ns at p50 (docs/results/2026-12-01-search-2.md).
+//! separate UTF-8 pass [`super::parse`] makes before serde, which was a second walk over the
+//! body and its first touch when cold (docs/results/2026-12-01-search-2.md).
 //!
 //! The contract, checked by the `payload` fuzz target and the tests below: whenever this
 //! returns `Some(p)`, the body is ASCII and the serde path returns `Ok(p)` for the same text. It
