@@ -196,7 +196,7 @@ fn poll_stat<T>(
 
 pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     poll_stat(compose, "HAProxy: every server UP", limit, |rows| {
-        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.status == State::Up);
+        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.state() == State::Up);
         let (up, n) = (compose.apis.iter().filter(is_up).count(), compose.apis.len());
         (up == n).then_some(()).ok_or(format!("{up} of {n} UP"))
     })

@@ -85,7 +85,7 @@ pub fn run(common: Common) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let m = measure(&loaded);
-    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.status != State::Up)).count();
+    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.state() != State::Up)).count();
     s.problems.extend(judge(&m, &containers, loaded.k6_status));
     let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
     let windows =

@@ -110,36 +110,14 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
 }
 
 /// HAProxy's state of a server (`status` of `show stat`), as its health checks see it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// `UP`: in rotation.
     Up,
     /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, `DRAIN`.
-    Out(String),
+    Out,
     /// `UP 1/3` (in rotation, failing checks), and what frontends have (`OPEN`).
-    Other(String),
-}
-
-impl From<String> for State {
-    fn from(s: String) -> State {
-        match s.as_str() {
-            "UP" => State::Up,
-            _ if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => {
-                State::Out(s)
-            }
-            _ => State::Other(s),
-        }
-    }
-}
-
-impl From<State> for String {
-    fn from(s: State) -> String {
-        match s {
-            State::Up => "UP".into(),
-            State::Out(s) | State::Other(s) => s,
-        }
-    }
+    Other,
 }
 
 /// The columns of `show stat` the harness reads (counters are empty where they do not apply).
@@ -150,7 +128,17 @@ pub struct StatRow {
     pub qcur: Option<u64>,
     pub scur: Option<u64>,
     pub stot: Option<u64>,
-    pub status: State,
+    pub status: String,
+}
+
+impl StatRow {
+    pub fn state(&self) -> State {
+        match self.status.as_str() {
+            "UP" => State::Up,
+            s if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => State::Out,
+            _ => State::Other,
+        }
+    }
 }
 
 /// Parses `show stat` output: a header line `# pxname,svname,...` then one CSV row per line.
@@ -264,21 +252,18 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
     fn parses_show_stat_into_states() {
         let s = Sample { stat: parse_stat(STAT).unwrap(), ..Sample::default() };
         let row = |r: &StatRow| (r.svname.clone(), r.qcur, r.scur, r.stot, r.status.clone());
-        assert_eq!(
-            row(&s.stat[0]),
-            ("FRONTEND".into(), None, Some(3), Some(5210), State::Other("OPEN".into()))
-        );
+        assert_eq!(row(&s.stat[0]), ("FRONTEND".into(), None, Some(3), Some(5210), "OPEN".into()));
         assert_eq!(
             s.servers().map(row).collect::<Vec<_>>(),
             [
-                ("api1".into(), Some(0), Some(1), Some(2605), State::Up),
-                ("api2".into(), Some(0), Some(0), Some(12), State::Out("DOWN 1/2".into())),
+                ("api1".into(), Some(0), Some(1), Some(2605), "UP".into()),
+                ("api2".into(), Some(0), Some(0), Some(12), "DOWN 1/2".into()),
             ]
         );
         assert_eq!(s.server("api2").unwrap().stot, Some(12));
-        let states = ["UP 1/3", "MAINT"].map(|s| State::from(s.to_string()));
-        assert_eq!(states, [State::Other("UP 1/3".into()), State::Out("MAINT".into())]);
-        assert_eq!(String::from(State::Up), "UP");
+        let state = |status: &str| StatRow { status: status.into(), ..s.stat[0].clone() }.state();
+        let states = ["UP", "UP 1/3", "OPEN", "MAINT", "DOWN 1/2"].map(state);
+        assert_eq!(states, [State::Up, State::Other, State::Other, State::Out, State::Out]);
         assert!(parse_stat("no header").is_err());
     }
 
