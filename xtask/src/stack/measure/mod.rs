@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn tables_problems_and_figures_of_a_batch() {
-        let configs = configs("--config stack --external peer=/p/c.yml").unwrap();
+        let batch = configs("--config stack --external peer=/p/c.yml").unwrap();
         let mut runs = [
             run_of("stack", &[("haproxy", 80), ("api1", 40), ("api2", 45)]),
             run_of("peer", &[("api1", 60), ("api2", 70), ("lb", 10)]),
@@ -350,7 +350,7 @@ mod tests {
         runs[0].containers[2].after.nr_throttled = 3;
         assert_eq!(service_columns(&runs), ["haproxy", "api1", "api2", "lb", "all"]);
         assert_eq!((cpu_of(&runs[1], "haproxy"), cpu_of(&runs[1], "all")), (None, Some(140.0)));
-        let t = tables(&configs, &runs);
+        let t = tables(&batch, &runs);
         for want in [
             "| CPU us/request haproxy | api1 | api2 | lb | all | throttled haproxy | api1 | api2 | lb |",
             "| 0 / 0 | 80 | 40 | 45 | - | 165 | 0 | 0 | 3 | - |",
@@ -368,15 +368,9 @@ mod tests {
         let failed = ["peer round 2: not ready".to_string()];
         assert_eq!(judge(&runs, &failed), failed);
         let want = "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready";
-        assert_eq!(figures(&configs, &runs, "b.md", &failed), want);
+        assert_eq!(figures(&batch, &runs, "b.md", &failed), want);
         let pair = [run_of("bound", &[]), run_of("stack", &[])];
-        let f = figures(
-            &Configuration::all(&crate::stack::parse("--config bound --config stack").unwrap())
-                .unwrap(),
-            &pair,
-            "m",
-            &[],
-        );
+        let f = figures(&configs("--config bound --config stack").unwrap(), &pair, "m", &[]);
         assert!(f.contains("stack p99 median 0.900 ms, stack / bound p99 1.00x (2 runs"), "{f}");
     }
 }
