@@ -163,10 +163,8 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     let generators = format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, l.wrk.rates().0);
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
     let later = r.worst_later_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
-    let (restarts, ooms) = (
-        c.iter().map(|c| c.restarts).sum::<u32>(),
-        c.iter().map(Container::oom_kills).sum::<u64>(),
-    );
+    let restarts: u32 = c.iter().map(|c| c.restarts).sum();
+    let ooms: u64 = c.iter().map(Container::oom_kills).sum();
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
     let (length, wrk_errors, errors, fp, fn_) =
         (m.over_end_s - m.over_start_s, l.wrk.errors(), s.errors, s.fp, s.fn_);

@@ -85,10 +85,8 @@ fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
             continue;
         };
         let to = pins.iter().find(|(from, _)| *from == value.trim()).map(|(_, to)| to);
-        out += &format!(
-            "{indent}image: {}\n",
-            to.with_context(|| format!("no pin for image {value}"))?
-        );
+        let to = to.with_context(|| format!("no pin for image {value}"))?;
+        out += &format!("{indent}image: {to}\n");
     }
     Ok(out)
 }

@@ -113,10 +113,9 @@ impl Configuration {
         match self {
             Variant(n) => format!("`{}` (`{}`)", n.name, n.file.display()),
             External(n) => {
+                let (name, file) = (&n.name, n.file.display());
                 format!(
-                    "`{}` (external compose `{}`, run as is; our stack check not applied)",
-                    n.name,
-                    n.file.display()
+                    "`{name}` (external compose `{file}`, run as is; our stack check not applied)"
                 )
             }
             _ => format!("`{}`", self.name()),
