@@ -130,12 +130,9 @@ impl Session {
         let each = self.watched.iter().map(|(service, id, cg, before, restarts)| {
             let (i, service, before, after) =
                 (inspect(id)?, service.clone(), *before, cg.snapshot()?);
-            let (cpus, restarts) = (
-                i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9,
-                restart_count(&i) - restarts,
-            );
-            let (oom_killed, running) =
-                (i["State"]["OOMKilled"] == true, i["State"]["Running"] == true);
+            let (state, restarts) = (&i["State"], restart_count(&i) - restarts);
+            let cpus = i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9;
+            let (oom_killed, running) = (state["OOMKilled"] == true, state["Running"] == true);
             Ok(Container { service, cpus, before, after, restarts, oom_killed, running })
         });
         each.collect()
