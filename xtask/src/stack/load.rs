@@ -5,7 +5,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
 use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
-use super::probe::{Config, Monitor, State};
+use super::probe::{sample, Monitor, State};
 use super::{check, Common, Shape};
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -121,8 +121,9 @@ impl Session {
     pub fn monitor(&self, interval: Duration, probe: bool, memory: bool) -> Result<Monitor> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
-        let (memory, out) = (memory.collect(), self.base.with_extension("monitor.jsonl"));
-        Ok(Monitor::start(Config { socket_dir, apis, interval, probe, memory, out })?)
+        let memory: Vec<_> = memory.collect();
+        let sample = move || sample(&socket_dir, &apis, probe, &memory);
+        Ok(Monitor::start(&self.base.with_extension("monitor.jsonl"), interval, sample)?)
     }
 
     /// Every container's counters now, against the start.

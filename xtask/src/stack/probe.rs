@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -179,27 +179,19 @@ impl Sample {
     }
 }
 
-pub struct Config {
-    pub socket_dir: PathBuf,
-    pub apis: Vec<String>,
-    pub interval: Duration,
-    pub probe: bool,
-    pub memory: Vec<(String, Cgroup)>,
-    pub out: PathBuf,
-}
-
-fn sample(cfg: &Config) -> Sample {
+/// One sample: HAProxy's rows and each API's `/ready` by `sockets`, port 9999 if `probe`, memory.
+pub fn sample(sockets: &Path, apis: &[String], probe: bool, memory: &[(String, Cgroup)]) -> Sample {
     let mut s = Sample { t: util::now_ms(), ..Sample::default() };
-    match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
+    match haproxy_stat(&sockets.join("haproxy.sock")) {
         Ok(rows) => s.stat = rows,
         Err(e) => s.haproxy_error = Some(format!("{e:#}")),
     }
-    for api in &cfg.apis {
-        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), Duration::from_millis(300));
+    for api in apis {
+        let p = ready_unix(&sockets.join(format!("{api}.sock")), Duration::from_millis(300));
         s.ready.insert(api.clone(), p);
     }
-    s.probe = cfg.probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
-    for (name, cg) in &cfg.memory {
+    s.probe = probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
+    for (name, cg) in memory {
         s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
     }
     s
@@ -211,18 +203,23 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    pub fn start(cfg: Config) -> std::io::Result<Monitor> {
+    /// Samples every `interval` until stopped, writing each as a JSON line to `out`.
+    pub fn start(
+        out: &Path,
+        interval: Duration,
+        mut sample: impl FnMut() -> Sample + Send + 'static,
+    ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&cfg.out)?);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(out)?);
         let handle = std::thread::spawn(move || {
             let mut all = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let s = sample(&cfg);
+                let s = sample();
                 let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
                 all.push(s);
-                std::thread::sleep(cfg.interval.saturating_sub(t.elapsed()));
+                std::thread::sleep(interval.saturating_sub(t.elapsed()));
             }
             let _ = out.flush();
             all
