@@ -4,7 +4,7 @@
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Session};
-use super::probe::{Sample, State};
+use super::probe::{Sample, StatRow, State};
 use super::Common;
 use crate::util::{self, log};
 use anyhow::{ensure, Context, Result};
@@ -56,14 +56,14 @@ impl KillReport {
 /// Lines the samples and failures up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
-    let status = |s: &Sample| s.server(victim).map(|v| v.status.clone());
+    let status = |s: &Sample| s.server(victim).map(StatRow::state);
     let is_up = |s: &Sample| status(s) == Some(State::Up);
     let stot = |s: &Sample| s.server(victim).and_then(|v| v.stot).unwrap_or(0);
     let ready = |s: &Sample| s.ready.get(victim).is_some_and(|p| p.ok());
     let from = |start: Option<usize>, f: &dyn Fn(&Sample) -> bool| {
         start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
     };
-    let down = from(Some(0), &|s| matches!(status(s), Some(State::Out(_))));
+    let down = from(Some(0), &|s| status(s) == Some(State::Out));
     let back = from(from(Some(0), &|s| !ready(s)), &ready);
     let up = from(down, &is_up);
     // Sessions given it while out, and the first UP sample after its /ready 200 where its
@@ -250,12 +250,10 @@ mod tests {
         };
         let summaries = [k6::summary(18_000, 0, &[])];
         assert!(judge(std::slice::from_ref(&r), &[], &summaries).is_empty());
-        assert_eq!(
-            figures(600, std::slice::from_ref(&r), 0, &summaries, &[]),
-            "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
+        let want = "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
              marked DOWN 100 ms after the kill; own /ready 200 700 ms after the kill; in rotation 500 ms after /ready 200 (max 3000); \
-             FP 0 FN 0, p99 up to 2.50 ms"
-        );
+             FP 0 FN 0, p99 up to 2.50 ms";
+        assert_eq!(figures(600, std::slice::from_ref(&r), 0, &summaries, &[]), want);
         let bad = KillReport { restarts: 0, failed: 11, rotation_ms: Some(9000), ..r };
         let problems = judge(&[bad], &[f], &[k6::summary(10, 2, &[])]);
         let want = [

@@ -333,10 +333,8 @@ services:
         ];
         assert_eq!(pinned(&yaml, arch).unwrap(), want);
         let arm = pinned(&yaml, |_| Some("linux/arm64".into())).unwrap();
-        assert!(
-            arm[0].ends_with(&format!("x@sha256:{d} is linux/arm64, not linux/amd64")),
-            "{arm:?}"
-        );
+        let want = format!("x@sha256:{d} is linux/arm64, not linux/amd64");
+        assert!(arm[0].ends_with(&want), "{arm:?}");
     }
 
     #[test]

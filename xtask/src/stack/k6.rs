@@ -135,18 +135,17 @@ mod tests {
             failures(log).into_iter().map(|f| (f.start_ms, f.took_ms, f.error)).collect();
         let want = [(1764465611123, 12, "1000 EOF"), (1764465611200, 2001, "1050 request timeout")];
         assert_eq!(f, want.map(|(s, t, e)| (s, t, e.to_string())));
-        let s: Summary = serde_json::from_str(
+        let parse = |json: &str| serde_json::from_str::<Summary>(json).unwrap();
+        let s = parse(
             r#"{"mode":"smoke","requests":3001,"tp":300,"tn":2701,"fp":0,"fn":1,"errors":0,
             "latency_ms":{"avg":0.5,"med":0.4,"p99":0.9},"final_score":6000,"t0_ms":1,
             "windows":[{"w":0,"n":200,"errors":0,"p50":0.4,"p99":0.9,"max":1.2}],"state":{}}"#,
-        )
-        .unwrap();
+        );
         assert_eq!((s.fn_, s.windows[0].n, s.latency().p99, s.final_score), (1, 200, 0.9, 6000.0));
-        let r: Summary = serde_json::from_str(
+        let r = parse(
             r#"{"mode":"steady","t0_ms":5,"requests":0,"fp":0,"fn":0,"errors":0,"latency_ms":null,
             "phases":{"steady":{"latency_ms":null}},"windows":[]}"#,
-        )
-        .unwrap();
+        );
         assert_eq!((r.latency().p99, r.t0_ms), (0.0, 5));
     }
 }

@@ -5,7 +5,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
 use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
-use super::probe::{Config, Monitor, State};
+use super::probe::{sample, Monitor, State};
 use super::{check, Common, Shape};
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -121,8 +121,9 @@ impl Session {
     pub fn monitor(&self, interval: Duration, probe: bool, memory: bool) -> Result<Monitor> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
-        let (memory, out) = (memory.collect(), self.base.with_extension("monitor.jsonl"));
-        Ok(Monitor::start(Config { socket_dir, apis, interval, probe, memory, out })?)
+        let memory: Vec<_> = memory.collect();
+        let sample = move || sample(&socket_dir, &apis, probe, &memory);
+        Ok(Monitor::start(&self.base.with_extension("monitor.jsonl"), interval, sample)?)
     }
 
     /// Every container's counters now, against the start.
@@ -130,12 +131,9 @@ impl Session {
         let each = self.watched.iter().map(|(service, id, cg, before, restarts)| {
             let (i, service, before, after) =
                 (inspect(id)?, service.clone(), *before, cg.snapshot()?);
-            let (cpus, restarts) = (
-                i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9,
-                restart_count(&i) - restarts,
-            );
-            let (oom_killed, running) =
-                (i["State"]["OOMKilled"] == true, i["State"]["Running"] == true);
+            let (state, restarts) = (&i["State"], restart_count(&i) - restarts);
+            let cpus = i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9;
+            let (oom_killed, running) = (state["OOMKilled"] == true, state["Running"] == true);
             Ok(Container { service, cpus, before, after, restarts, oom_killed, running })
         });
         each.collect()
@@ -196,7 +194,7 @@ fn poll_stat<T>(
 
 pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     poll_stat(compose, "HAProxy: every server UP", limit, |rows| {
-        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.status == State::Up);
+        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.state() == State::Up);
         let (up, n) = (compose.apis.iter().filter(is_up).count(), compose.apis.len());
         (up == n).then_some(()).ok_or(format!("{up} of {n} UP"))
     })

@@ -62,6 +62,15 @@ pub struct Shape {
     seconds: u32,
 }
 
+/// `stack run` and `stack floor`: one run of a load shape.
+#[derive(clap::Args)]
+struct One {
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    common: Common,
+}
+
 /// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
 pub const SMOKE_RATE: u32 = 1130;
 /// The smoke gate's load (also the submission's).
@@ -108,19 +117,9 @@ enum Command {
         running: bool,
     },
     /// One k6 replica of the official test against the stack (a batch of one run).
-    Run {
-        #[command(flatten)]
-        shape: Shape,
-        #[command(flatten)]
-        common: Common,
-    },
+    Run(One),
     /// The same k6 scenario against HAProxy answering by itself (the floor of this machine).
-    Floor {
-        #[command(flatten)]
-        shape: Shape,
-        #[command(flatten)]
-        common: Common,
-    },
+    Floor(One),
     /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN or crash.
     Smoke(Common),
     /// Gate: instance loss (SIGKILL of each API under steady load through HAProxy).
@@ -160,11 +159,9 @@ pub fn run(args: Args) -> Result<()> {
             let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
             util::verdict("stack check", r.problems.is_empty(), &figures, &r)
         }
-        Command::Run { shape, common } => {
-            measure::one("stack run", measure::Ours::Stack, shape, common)
-        }
-        Command::Floor { shape, common } => {
-            measure::one("stack floor", measure::Ours::Floor, shape, common)
+        Command::Run(One { shape, common }) => measure::one("stack run", "stack", shape, common),
+        Command::Floor(One { shape, common }) => {
+            measure::one("stack floor", "floor", shape, common)
         }
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();

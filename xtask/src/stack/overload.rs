@@ -85,7 +85,7 @@ pub fn run(common: Common) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let m = measure(&loaded);
-    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.status != State::Up)).count();
+    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.state() != State::Up)).count();
     s.problems.extend(judge(&m, &containers, loaded.k6_status));
     let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
     let windows =
@@ -163,10 +163,8 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     let generators = format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, l.wrk.rates().0);
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
     let later = r.worst_later_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
-    let (restarts, ooms) = (
-        c.iter().map(|c| c.restarts).sum::<u32>(),
-        c.iter().map(Container::oom_kills).sum::<u64>(),
-    );
+    let restarts: u32 = c.iter().map(|c| c.restarts).sum();
+    let ooms: u64 = c.iter().map(Container::oom_kills).sum();
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
     let (length, wrk_errors, errors, fp, fn_) =
         (m.over_end_s - m.over_start_s, l.wrk.errors(), s.errors, s.fp, s.fn_);
@@ -251,14 +249,8 @@ mod tests {
         assert!(parse_wrk("nothing").is_err());
         let (k6_status, summary) =
             (std::os::unix::process::ExitStatusExt::from_raw(0), k6::summary(31_500, 0, &windows));
-        let l = Loaded {
-            summary,
-            wrk,
-            span: (1_010_000, 1_012_000),
-            k6_cpu_s: 20.0,
-            wrk_cpu_s: 3.0,
-            k6_status,
-        };
+        let (span, k6_cpu_s, wrk_cpu_s) = ((1_010_000, 1_012_000), 20.0, 3.0);
+        let l = Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status };
         let m = measure(&l);
         let rates = (m.over_start_s, m.over_end_s, m.offered_rps, m.served_rps);
         assert_eq!(rates, (10.0, 12.0, 2700.0, 2650.0));
@@ -266,40 +258,25 @@ mod tests {
         assert!(judge(&m, &[], l.k6_status).is_empty());
         let f = figures(&m, &l, &[], 0, &[]);
         assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 103, FP 0 FN 0;"), "{f}");
-        assert!(
-            f.contains(
-                "back under 5 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms"
-            ),
-            "{f}"
-        );
+        let back = "back under 5 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms";
+        assert!(f.contains(back), "{f}");
         let never = Recovery { first_ok_window: None, after_end_s: None, worst_later_p99_ms: None };
         let late = Measured { recovery: never, ..m };
-        assert_eq!(
-            judge(&late, &[], l.k6_status),
-            ["p99 never back under 5 ms after the overload"]
-        );
+        let never = ["p99 never back under 5 ms after the overload"];
+        assert_eq!(judge(&late, &[], l.k6_status), never);
     }
 
     #[test]
     fn recovery_is_the_first_good_second_after_the_end() {
-        let ws = |v: &[(u32, f64, u64)]| {
-            v.iter()
-                .map(|&(w, p99, errors)| Window { w, n: 900, errors, p50: 0.4, p99 })
-                .collect::<Vec<_>>()
-        };
-        let p99s = [40.0, 30.0, 3.0, 1.0, 2.5, 9.0];
-        let r = recovery(
-            &ws(&(19..).zip(p99s).map(|(s, p)| (s, p, 0)).collect::<Vec<_>>()),
-            19.6,
-            24,
-            5.0,
-        );
+        let window = |&(w, p99, errors): &_| Window { w, n: 900, errors, p50: 0.4, p99 };
+        let ws = |v: &[(u32, f64, u64)]| v.iter().map(window).collect::<Vec<_>>();
+        let p99s: Vec<_> =
+            (19..).zip([40.0, 30.0, 3.0, 1.0, 2.5, 9.0]).map(|(s, p)| (s, p, 0)).collect();
+        let r = recovery(&ws(&p99s), 19.6, 24, 5.0);
         assert_eq!((r.first_ok_window, r.worst_later_p99_ms), (Some(21), Some(2.5)));
         assert!((r.after_end_s.unwrap() - 1.4).abs() < 1e-9);
-        assert_eq!(
-            recovery(&ws(&[(20, 1.0, 3), (21, 1.0, 0)]), 19.6, 30, 5.0).first_ok_window,
-            Some(21)
-        );
+        let errors_first = recovery(&ws(&[(20, 1.0, 3), (21, 1.0, 0)]), 19.6, 30, 5.0);
+        assert_eq!(errors_first.first_ok_window, Some(21));
         assert_eq!(recovery(&ws(&[(20, 8.0, 0)]), 19.6, 30, 5.0).after_end_s, None);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,36 +110,14 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
 }
 
 /// HAProxy's state of a server (`status` of `show stat`), as its health checks see it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// `UP`: in rotation.
     Up,
     /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, `DRAIN`.
-    Out(String),
+    Out,
     /// `UP 1/3` (in rotation, failing checks), and what frontends have (`OPEN`).
-    Other(String),
-}
-
-impl From<String> for State {
-    fn from(s: String) -> State {
-        match s.as_str() {
-            "UP" => State::Up,
-            _ if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => {
-                State::Out(s)
-            }
-            _ => State::Other(s),
-        }
-    }
-}
-
-impl From<State> for String {
-    fn from(s: State) -> String {
-        match s {
-            State::Up => "UP".into(),
-            State::Out(s) | State::Other(s) => s,
-        }
-    }
+    Other,
 }
 
 /// The columns of `show stat` the harness reads (counters are empty where they do not apply).
@@ -150,7 +128,17 @@ pub struct StatRow {
     pub qcur: Option<u64>,
     pub scur: Option<u64>,
     pub stot: Option<u64>,
-    pub status: State,
+    pub status: String,
+}
+
+impl StatRow {
+    pub fn state(&self) -> State {
+        match self.status.as_str() {
+            "UP" => State::Up,
+            s if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => State::Out,
+            _ => State::Other,
+        }
+    }
 }
 
 /// Parses `show stat` output: a header line `# pxname,svname,...` then one CSV row per line.
@@ -191,27 +179,19 @@ impl Sample {
     }
 }
 
-pub struct Config {
-    pub socket_dir: PathBuf,
-    pub apis: Vec<String>,
-    pub interval: Duration,
-    pub probe: bool,
-    pub memory: Vec<(String, Cgroup)>,
-    pub out: PathBuf,
-}
-
-fn sample(cfg: &Config) -> Sample {
+/// One sample: HAProxy's rows and each API's `/ready` by `sockets`, port 9999 if `probe`, memory.
+pub fn sample(sockets: &Path, apis: &[String], probe: bool, memory: &[(String, Cgroup)]) -> Sample {
     let mut s = Sample { t: util::now_ms(), ..Sample::default() };
-    match haproxy_stat(&cfg.socket_dir.join("haproxy.sock")) {
+    match haproxy_stat(&sockets.join("haproxy.sock")) {
         Ok(rows) => s.stat = rows,
         Err(e) => s.haproxy_error = Some(format!("{e:#}")),
     }
-    for api in &cfg.apis {
-        let p = ready_unix(&cfg.socket_dir.join(format!("{api}.sock")), Duration::from_millis(300));
+    for api in apis {
+        let p = ready_unix(&sockets.join(format!("{api}.sock")), Duration::from_millis(300));
         s.ready.insert(api.clone(), p);
     }
-    s.probe = cfg.probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
-    for (name, cg) in &cfg.memory {
+    s.probe = probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
+    for (name, cg) in memory {
         s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
     }
     s
@@ -223,18 +203,23 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    pub fn start(cfg: Config) -> std::io::Result<Monitor> {
+    /// Samples every `interval` until stopped, writing each as a JSON line to `out`.
+    pub fn start(
+        out: &Path,
+        interval: Duration,
+        mut sample: impl FnMut() -> Sample + Send + 'static,
+    ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&cfg.out)?);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(out)?);
         let handle = std::thread::spawn(move || {
             let mut all = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let s = sample(&cfg);
+                let s = sample();
                 let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
                 all.push(s);
-                std::thread::sleep(cfg.interval.saturating_sub(t.elapsed()));
+                std::thread::sleep(interval.saturating_sub(t.elapsed()));
             }
             let _ = out.flush();
             all
@@ -264,21 +249,18 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
     fn parses_show_stat_into_states() {
         let s = Sample { stat: parse_stat(STAT).unwrap(), ..Sample::default() };
         let row = |r: &StatRow| (r.svname.clone(), r.qcur, r.scur, r.stot, r.status.clone());
-        assert_eq!(
-            row(&s.stat[0]),
-            ("FRONTEND".into(), None, Some(3), Some(5210), State::Other("OPEN".into()))
-        );
+        assert_eq!(row(&s.stat[0]), ("FRONTEND".into(), None, Some(3), Some(5210), "OPEN".into()));
         assert_eq!(
             s.servers().map(row).collect::<Vec<_>>(),
             [
-                ("api1".into(), Some(0), Some(1), Some(2605), State::Up),
-                ("api2".into(), Some(0), Some(0), Some(12), State::Out("DOWN 1/2".into())),
+                ("api1".into(), Some(0), Some(1), Some(2605), "UP".into()),
+                ("api2".into(), Some(0), Some(0), Some(12), "DOWN 1/2".into()),
             ]
         );
         assert_eq!(s.server("api2").unwrap().stot, Some(12));
-        let states = ["UP 1/3", "MAINT"].map(|s| State::from(s.to_string()));
-        assert_eq!(states, [State::Other("UP 1/3".into()), State::Out("MAINT".into())]);
-        assert_eq!(String::from(State::Up), "UP");
+        let state = |status: &str| StatRow { status: status.into(), ..s.stat[0].clone() }.state();
+        let states = ["UP", "UP 1/3", "OPEN", "MAINT", "DOWN 1/2"].map(state);
+        assert_eq!(states, [State::Up, State::Other, State::Other, State::Out, State::Out]);
         assert!(parse_stat("no header").is_err());
     }
 

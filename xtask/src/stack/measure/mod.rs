@@ -9,6 +9,7 @@ use super::load::{load_run, LoadRun};
 use super::{Common, Shape};
 use crate::util::{self, log, median, root};
 use anyhow::{ensure, Result};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use plot::Series;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -22,8 +23,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     runs: u32,
     /// One of ours (repeatable, order kept).
-    #[arg(long = "config", value_enum)]
-    configs: Vec<Ours>,
+    #[arg(long = "config", value_parser = PossibleValuesParser::new(OURS).map(|s| ours(&s)))]
+    configs: Vec<Configuration>,
     /// NAME=FILE: the stack with FILE as one more compose override (repeatable).
     #[arg(long = "variant", value_parser = named)]
     variants: Vec<Named>,
@@ -40,11 +41,14 @@ pub struct Args {
 }
 
 /// Ours: HAProxy answering by itself, [`BOUND`], the contest stack.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ours {
-    Floor,
-    Bound,
-    Stack,
+const OURS: [&str; 3] = ["floor", "bound", "stack"];
+
+fn ours(name: &str) -> Configuration {
+    match name {
+        "floor" => Configuration::Floor,
+        "bound" => Variant(Named { name: "bound".into(), file: BOUND.into() }),
+        _ => Configuration::Stack,
+    }
 }
 
 /// `NAME=FILE` of `--variant` and `--external`.
@@ -77,13 +81,8 @@ impl Configuration {
     /// In round order; floor, bound, stack when none is given.
     fn all(a: &Args) -> Result<Vec<Configuration>> {
         let none = a.configs.is_empty() && a.variants.is_empty() && a.externals.is_empty();
-        let ours = if none { &[Ours::Floor, Ours::Bound, Ours::Stack][..] } else { &a.configs };
-        let ours = ours.iter().map(|c| match c {
-            Ours::Floor => Configuration::Floor,
-            Ours::Bound => Variant(Named { name: "bound".into(), file: BOUND.into() }),
-            Ours::Stack => Configuration::Stack,
-        });
-        let all = ours.chain(a.variants.iter().cloned().map(Variant));
+        let ours = if none { OURS.map(ours).to_vec() } else { a.configs.clone() };
+        let all = ours.into_iter().chain(a.variants.iter().cloned().map(Variant));
         let all: Vec<_> = all.chain(a.externals.iter().cloned().map(External)).collect();
         let mut seen = std::collections::HashSet::new();
         let twice = all.iter().map(Configuration::name).find(|n| !seen.insert(*n));
@@ -114,10 +113,9 @@ impl Configuration {
         match self {
             Variant(n) => format!("`{}` (`{}`)", n.name, n.file.display()),
             External(n) => {
+                let (name, file) = (&n.name, n.file.display());
                 format!(
-                    "`{}` (external compose `{}`, run as is; our stack check not applied)",
-                    n.name,
-                    n.file.display()
+                    "`{name}` (external compose `{file}`, run as is; our stack check not applied)"
                 )
             }
             _ => format!("`{}`", self.name()),
@@ -217,8 +215,8 @@ fn series<'a>(c: &'a Configuration, runs: &'a [LoadRun]) -> Series {
 }
 
 /// `stack run` and `stack floor`: a batch of one run of one of ours.
-pub fn one(verdict: &str, ours: Ours, shape: Shape, common: Common) -> Result<()> {
-    let (configs, variants, externals) = (vec![ours], vec![], vec![]);
+pub fn one(verdict: &str, name: &str, shape: Shape, common: Common) -> Result<()> {
+    let (configs, variants, externals) = (vec![ours(name)], vec![], vec![]);
     run(verdict, Args { runs: 1, configs, variants, externals, publish: false, shape, common })
 }
 
@@ -343,7 +341,7 @@ mod tests {
 
     #[test]
     fn tables_problems_and_figures_of_a_batch() {
-        let configs = configs("--config stack --external peer=/p/c.yml").unwrap();
+        let batch = configs("--config stack --external peer=/p/c.yml").unwrap();
         let mut runs = [
             run_of("stack", &[("haproxy", 80), ("api1", 40), ("api2", 45)]),
             run_of("peer", &[("api1", 60), ("api2", 70), ("lb", 10)]),
@@ -351,7 +349,7 @@ mod tests {
         runs[0].containers[2].after.nr_throttled = 3;
         assert_eq!(service_columns(&runs), ["haproxy", "api1", "api2", "lb", "all"]);
         assert_eq!((cpu_of(&runs[1], "haproxy"), cpu_of(&runs[1], "all")), (None, Some(140.0)));
-        let t = tables(&configs, &runs);
+        let t = tables(&batch, &runs);
         for want in [
             "| CPU us/request haproxy | api1 | api2 | lb | all | throttled haproxy | api1 | api2 | lb |",
             "| 0 / 0 | 80 | 40 | 45 | - | 165 | 0 | 0 | 3 | - |",
@@ -369,15 +367,9 @@ mod tests {
         let failed = ["peer round 2: not ready".to_string()];
         assert_eq!(judge(&runs, &failed), failed);
         let want = "stack p99 median 0.900 ms, peer p99 median 0.900 ms (2 runs, b.md); problems: peer round 2: not ready";
-        assert_eq!(figures(&configs, &runs, "b.md", &failed), want);
+        assert_eq!(figures(&batch, &runs, "b.md", &failed), want);
         let pair = [run_of("bound", &[]), run_of("stack", &[])];
-        let f = figures(
-            &Configuration::all(&crate::stack::parse("--config bound --config stack").unwrap())
-                .unwrap(),
-            &pair,
-            "m",
-            &[],
-        );
+        let f = figures(&configs("--config bound --config stack").unwrap(), &pair, "m", &[]);
         assert!(f.contains("stack p99 median 0.900 ms, stack / bound p99 1.00x (2 runs"), "{f}");
     }
 }

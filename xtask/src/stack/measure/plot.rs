@@ -10,14 +10,9 @@ pub struct Series {
     pub points: Vec<(u32, f64, f64, f64)>,
 }
 
-const COLOURS: [RGBColor; 6] = [
-    RGBColor(90, 90, 90),
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-    RGBColor(255, 127, 14),
-];
+/// Grey, blue, red, green, purple, orange.
+const COLOURS: [(u8, u8, u8); 6] =
+    [(90, 90, 90), (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)];
 
 pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<()> {
     chart(path, title, series).map_err(|e| anyhow!("drawing {}: {e}", path.display()))
@@ -47,7 +42,8 @@ fn chart(path: &Path, title: &str, series: &[Series]) -> Result<(), Box<dyn std:
     let y_desc = "latency ms: p99 solid, p50 dashed (log)";
     lat.configure_mesh().y_desc(y_desc).x_desc(x_desc).draw()?;
     for (i, s) in series.iter().enumerate() {
-        let c = COLOURS[i % COLOURS.len()];
+        let (r, g, b) = COLOURS[i % COLOURS.len()];
+        let c = RGBColor(r, g, b);
         let at = |k: fn(&(u32, f64, f64, f64)) -> f64| s.points.iter().map(move |p| (p.0, k(p)));
         rate.draw_series(LineSeries::new(at(|p| p.1), c.stroke_width(2)))?
             .label(&s.name)
