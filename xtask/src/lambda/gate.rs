@@ -19,8 +19,7 @@ pub struct CiArgs {
     /// Use the last build's package as it is.
     #[arg(long)]
     skip_build: bool,
-    /// Run the bootstrap under a CFS quota of this many CPUs, as Lambda does (memory / 1,769 MB:
-    /// 0.29 at 512 MB); needs root and cgroup v1. For measurements.
+    /// Bootstrap under a CFS quota of this many CPUs, as Lambda's memory / 1,769 MB (root, cgroup v1).
     #[arg(long, env = "LAMBDA_CPUS")]
     cpus: Option<f64>,
     /// Memory the emulator reports to the function (default: template.yaml's).

@@ -113,7 +113,7 @@ fn start_api(tools: &Tools) -> Result<String> {
 
 fn stand_in_image() -> Result<()> {
     let image = STAND_IN;
-    let inspect = duct::cmd!("docker", "image", "inspect", &image).stdout_null().stderr_null();
+    let inspect = duct::cmd!("docker", "image", "inspect", image).stdout_null().stderr_null();
     if inspect.unchecked().run()?.status.success() {
         log!("base image {image} exists (`docker image rm {image}` to rebuild it)");
         return Ok(());
@@ -139,23 +139,19 @@ fn stand_in_image() -> Result<()> {
             fs.file(&format!("lib64/{lib}"), &src, 0o755);
         }
     }
-    for (path, text) in [
-        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n"),
-        ("etc/group", "root:x:0:\nsbx_user1051:x:990:\n"),
-        ("etc/os-release", "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n"),
-    ] {
-        fs.text(path, text);
-    }
+    fs.text(
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n",
+    );
+    fs.text("etc/group", "root:x:0:\nsbx_user1051:x:990:\n");
+    fs.text(
+        "etc/os-release",
+        "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n",
+    );
     let base = util::root().join("docker/lambda-base");
     fs.file("lambda-entrypoint.sh", &base.join("lambda-entrypoint.sh"), 0o755);
-    // The Dockerfile copies a directory `rootfs/`: the archive is unpacked into it.
     let ctx = util::target_dir().join("lambda-base");
-    let _ = std::fs::remove_dir_all(&ctx);
     fs.write(&ctx.join("rootfs.tar"))?;
-    let mut archive = tar::Archive::new(std::fs::File::open(ctx.join("rootfs.tar"))?);
-    archive.set_preserve_permissions(true);
-    archive.unpack(ctx.join("rootfs"))?;
-    std::fs::remove_file(ctx.join("rootfs.tar"))?;
     util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
     Ok(())
