@@ -42,14 +42,12 @@ pub fn run(a: Args) -> Result<()> {
         let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
         let args = [&fixed[..], &BASE, &["--event", &path]].concat();
         let out = util::read(&tools.sam(&args).stderr_path(&log));
+        let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
         let (ok, detail) = match out.and_then(|out| Answer::parse(out.trim().as_bytes())) {
             Ok(a) => {
                 a.mismatch(case).map_or((true, format!("{} {}", a.status, a.body)), |m| (false, m))
             }
-            Err(e) => (
-                false,
-                format!("{e:#}; sam's log: {}", std::fs::read_to_string(&log).unwrap_or_default()),
-            ),
+            Err(e) => (false, format!("{e:#}; sam's log: {}", sam_log())),
         };
         log!("{}: {event}: {detail}", if ok { "ok" } else { "FAILED" });
         results.push(Invoked { event: event.clone(), ok, detail });
