@@ -111,10 +111,8 @@ impl Answer {
             .as_u64()
             .with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
         let find = |map: &Value, name: &str| -> Option<Value> {
-            map.as_object()?
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
+            let (_, v) = map.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+            Some(v.clone())
         };
         let header = |name| {
             let multi = || find(&v["multiValueHeaders"], name).map(|m| m[0].clone());
