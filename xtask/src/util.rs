@@ -108,12 +108,8 @@ impl Quantiles {
         v.sort_by(f64::total_cmp);
         let at = |p: f64| v.get(((p * v.len() as f64) as usize).min(v.len().saturating_sub(1)));
         let q = |p| at(p).copied().unwrap_or(f64::NAN);
-        Quantiles {
-            n: v.len(),
-            p50: q(0.5),
-            p99: q(0.99),
-            max: v.last().copied().unwrap_or(f64::NAN),
-        }
+        let (n, max) = (v.len(), v.last().copied().unwrap_or(f64::NAN));
+        Quantiles { n, p50: q(0.5), p99: q(0.99), max }
     }
 }
 

@@ -74,9 +74,8 @@ pub fn run(a: CiArgs) -> Result<()> {
     for s in &j.steps {
         log!("{}: {}: {}", if s.ok { "ok" } else { "FAILED" }, s.name, s.result);
     }
-    let (package, emulated) =
-        (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
-    let settings = emulated.map(|e| &e.settings);
+    let settings = g.emulated.as_ref().and_then(|e| Some(&e.as_ref().ok()?.settings));
+    let package = g.package.as_ref().ok();
     let detail = serde_json::json!({"steps": j.steps, "settings": settings, "package": package, "logs": j.logs});
     util::verdict("lambda", j.steps.iter().all(|s| s.ok), &j.figures, &detail)
 }
