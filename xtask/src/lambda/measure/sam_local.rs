@@ -149,6 +149,7 @@ fn stand_in_image() -> Result<()> {
     let base = util::root().join("docker/lambda-base");
     fs.file("lambda-entrypoint.sh", &base.join("lambda-entrypoint.sh"), 0o755);
     let ctx = util::target_dir().join("lambda-base");
+    let _ = std::fs::remove_dir_all(&ctx);
     fs.write(&ctx.join("rootfs.tar"))?;
     util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
