@@ -26,11 +26,9 @@ pub fn run() -> Result<()> {
             util::target_dir().join(format!("criterion/per_query/{name}/new/estimates.json"));
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {} (run the benchmark)", path.display()))?;
-        // The median in nanoseconds.
         let e: serde_json::Value = serde_json::from_str(&text)?;
-        let median = e["median"]["point_estimate"].as_f64();
-        Ok(median.with_context(|| format!("{} is not criterion's estimates", path.display()))?
-            / 1e3)
+        let ns = e["median"]["point_estimate"].as_f64();
+        Ok(ns.with_context(|| format!("{} is not criterion's estimates", path.display()))? / 1e3)
     };
     let rows = rows(&NAMES.into_iter().map(median_us).collect::<Result<Vec<_>>>()?);
     let figures = util::list(&rows, |r| {

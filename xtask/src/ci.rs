@@ -80,10 +80,8 @@ struct Outcome {
 pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let (started, mut done) = (Instant::now(), Vec::new());
-    for step in steps(util::target_dir())
-        .iter()
-        .filter(|s| args.only.as_deref().is_none_or(|o| s.name.contains(o)))
-    {
+    let only = |s: &&Step| args.only.as_deref().is_none_or(|o| s.name.contains(o));
+    for step in steps(util::target_dir()).iter().filter(only) {
         log!("== ci: {} ==", step.name);
         let program = if step.program == Program::Cargo { "cargo".into() } else { me.clone() };
         let mut e = duct::cmd(program, &step.args).dir(util::root());
@@ -97,11 +95,8 @@ pub fn run(args: Args) -> Result<()> {
         if let Err(err) = &result {
             log!("ci: {} failed: {err}", step.name);
         }
-        done.push(Outcome {
-            name: step.name,
-            passed: result.is_ok(),
-            seconds: t.elapsed().as_secs_f64(),
-        });
+        let (name, passed, seconds) = (step.name, result.is_ok(), t.elapsed().as_secs_f64());
+        done.push(Outcome { name, passed, seconds });
     }
     let passed = done.iter().all(|s| s.passed);
     util::verdict("ci", passed, &figures(&done, started.elapsed().as_secs_f64()), &done)

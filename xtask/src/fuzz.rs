@@ -13,15 +13,13 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Clone, Debug, PartialEq)]
 enum Mode {
-    /// Every committed seed, then a fixed number of mutations per target with seed 1, from an
-    /// empty working corpus (what CI runs).
+    /// Every committed seed, then a fixed count of mutations with seed 1 (what CI runs).
     Ci {
         /// Executions per target after the seeds.
         #[arg(long, env = "FUZZ_CI_RUNS", default_value_t = 20_000)]
         runs: u64,
     },
-    /// Every target (or one) for a long time, one after the other, on one CPU at nice 10,
-    /// growing its working corpus `fuzz/work/<target>`.
+    /// Every target (or one) in turn on one CPU at nice 10, growing `fuzz/work/<target>`.
     Long {
         /// Seconds per target.
         #[arg(default_value_t = 1800)]
@@ -55,11 +53,7 @@ fn cargo_fuzz(nightly: bool, wrapper: &[String], args: &[String]) -> duct::Expre
     let toolchain = nightly.then(|| "+nightly".to_string());
     let argv = [wrapper, &["cargo".into()], toolchain.as_slice(), &["fuzz".into()], args].concat();
     let e = duct::cmd(&argv[0], &argv[1..]).dir(util::root().join("fuzz"));
-    if nightly {
-        e
-    } else {
-        e.env("RUSTC_BOOTSTRAP", "1")
-    }
+    (!nightly).then_some("1").map_or(e.clone(), |on| e.env("RUSTC_BOOTSTRAP", on))
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -95,9 +89,7 @@ fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) 
     a.push(format!("-artifact_prefix=artifacts/{target}/"));
     a.extend(dict.then(|| format!("-dict=dict/{target}.dict")));
     if let Mode::Ci { .. } = mode {
-        // `-use_cmp=0`: the operands libFuzzer records from comparisons include clock readings
-        // and heap addresses, which made two runs with the same seed mutate differently; without
-        // them the same count of runs executes the same inputs on any machine.
+        // `-use_cmp=0`: recorded comparison operands (clocks, heap addresses) made runs diverge.
         a.extend(["-seed=1", "-use_cmp=0", "-reload=0"].map(String::from));
     }
     a.extend(max_len.map(|n| format!("-max_len={}", n.trim())));

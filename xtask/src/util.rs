@@ -108,12 +108,8 @@ impl Quantiles {
         v.sort_by(f64::total_cmp);
         let at = |p: f64| v.get(((p * v.len() as f64) as usize).min(v.len().saturating_sub(1)));
         let q = |p| at(p).copied().unwrap_or(f64::NAN);
-        Quantiles {
-            n: v.len(),
-            p50: q(0.5),
-            p99: q(0.99),
-            max: v.last().copied().unwrap_or(f64::NAN),
-        }
+        let (n, max) = (v.len(), v.last().copied().unwrap_or(f64::NAN));
+        Quantiles { n, p50: q(0.5), p99: q(0.99), max }
     }
 }
 
@@ -224,12 +220,11 @@ impl ScratchImage {
     }
 
     pub fn write(&mut self, path: &Path) -> Result<()> {
-        let parents: Vec<String> = (self.0.keys().flat_map(|k| Path::new(k).ancestors().skip(1)))
-            .map(|a| a.to_string_lossy().into_owned())
-            .filter(|a| !a.is_empty())
-            .collect();
-        for p in parents {
-            self.0.entry(p).or_insert(Node::Dir(0o755));
+        let keys: Vec<String> = self.0.keys().cloned().collect();
+        for a in keys.iter().flat_map(|k| Path::new(k).ancestors().skip(1)) {
+            if !a.as_os_str().is_empty() {
+                self.0.entry(a.to_string_lossy().into()).or_insert(Node::Dir(0o755));
+            }
         }
         std::fs::create_dir_all(path.parent().context("no parent")?)?;
         let mut tar = tar::Builder::new(std::fs::File::create(path)?);

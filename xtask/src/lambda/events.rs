@@ -111,10 +111,8 @@ impl Answer {
             .as_u64()
             .with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
         let find = |map: &Value, name: &str| -> Option<Value> {
-            map.as_object()?
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
+            let (_, v) = map.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+            Some(v.clone())
         };
         let header = |name| {
             let multi = || find(&v["multiValueHeaders"], name).map(|m| m[0].clone());
@@ -185,16 +183,12 @@ mod tests {
         named.sort();
         assert_eq!((files, cases.len()), (named, 45));
         // Each source's scored events carry the payloads of events/payloads/.
-        for (source, name) in SOURCES
+        for (s, n) in SOURCES
             .iter()
             .flat_map(|s| ["legit", "fraud", "null-last", "malformed"].map(|n| (s, n)))
         {
-            let payload = read_event(&format!("payloads/{name}.json")).unwrap();
-            assert_eq!(
-                body(&format!("{source}/{name}.json")),
-                payload.trim_ascii_end(),
-                "{source}/{name}"
-            );
+            let payload = read_event(&format!("payloads/{n}.json")).unwrap();
+            assert_eq!(body(&format!("{s}/{n}.json")), payload.trim_ascii_end(), "{s}/{n}");
         }
         // The valid hostile events carry hostile-valid.json's bodies and the labeller's answers.
         let text =

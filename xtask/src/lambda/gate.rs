@@ -19,8 +19,7 @@ pub struct CiArgs {
     /// Use the last build's package as it is.
     #[arg(long)]
     skip_build: bool,
-    /// Run the bootstrap under a CFS quota of this many CPUs, as Lambda does (memory / 1,769 MB:
-    /// 0.29 at 512 MB); needs root and cgroup v1. For measurements.
+    /// Bootstrap under a CFS quota of this many CPUs, as Lambda's memory / 1,769 MB (root, cgroup v1).
     #[arg(long, env = "LAMBDA_CPUS")]
     cpus: Option<f64>,
     /// Memory the emulator reports to the function (default: template.yaml's).
@@ -75,9 +74,8 @@ pub fn run(a: CiArgs) -> Result<()> {
     for s in &j.steps {
         log!("{}: {}: {}", if s.ok { "ok" } else { "FAILED" }, s.name, s.result);
     }
-    let (package, emulated) =
-        (g.package.as_ref().ok(), g.emulated.as_ref().and_then(|e| e.as_ref().ok()));
-    let settings = emulated.map(|e| &e.settings);
+    let settings = g.emulated.as_ref().and_then(|e| Some(&e.as_ref().ok()?.settings));
+    let package = g.package.as_ref().ok();
     let detail = serde_json::json!({"steps": j.steps, "settings": settings, "package": package, "logs": j.logs});
     util::verdict("lambda", j.steps.iter().all(|s| s.ok), &j.figures, &detail)
 }

@@ -88,15 +88,10 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
     z.write_all(&std::fs::read(&bootstrap)?)?;
     z.finish()?;
-    Ok(Package {
-        sha256: util::sha256_file(&bootstrap)?,
-        zipped_bytes: std::fs::metadata(&zip)?.len(),
-        unzipped_bytes: std::fs::metadata(&bootstrap)?.len(),
-        dir,
-        bootstrap,
-        zip,
-        index_artifact,
-    })
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
+    let (sha256, zipped_bytes, unzipped_bytes) =
+        (util::sha256_file(&bootstrap)?, len(&zip)?, len(&bootstrap)?);
+    Ok(Package { dir, bootstrap, zip, sha256, zipped_bytes, unzipped_bytes, index_artifact })
 }
 
 /// The workspace build's index artifact copied to `reuse` (mtime kept), or `None` to pack.

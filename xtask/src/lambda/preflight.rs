@@ -67,15 +67,11 @@ mod tests {
         {
             assert_eq!(advice(&limit(c, u)).0, max, "{c} {u}");
         }
-        assert!(advice(&limit(10, 10))
-            .1
-            .contains("account limit 10, unreserved 10: ReservedConcurrency -1 only"));
+        let none = advice(&limit(10, 10)).1;
+        assert!(none.contains("account limit 10, unreserved 10: ReservedConcurrency -1 only"));
         assert!(advice(&limit(1000, 1000)).1.contains("or 1..=900"));
         let unset = "      Name   Value   Type  Location\n access_key     <not set>   None  None\n";
         let set = " access_key     ****************ABCD shared-credentials-file\n";
-        assert_eq!(
-            [has_credentials(unset), has_credentials(set), has_credentials("")],
-            [false, true, false]
-        );
+        assert_eq!([unset, set, ""].map(has_credentials), [false, true, false]);
     }
 }

@@ -41,9 +41,7 @@ impl Tools {
             .with_context(|| format!("no RIE in the SAM CLI of {venv} (remove it to reinstall)"))?;
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&rie)?.permissions().mode();
-        if mode & 0o111 == 0 {
-            std::fs::set_permissions(&rie, std::fs::Permissions::from_mode(mode | 0o755))?;
-        }
+        std::fs::set_permissions(&rie, std::fs::Permissions::from_mode(mode | 0o755))?;
         Ok(Tools { sam, rie })
     }
 

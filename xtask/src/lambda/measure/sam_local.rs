@@ -42,14 +42,12 @@ pub fn run(a: Args) -> Result<()> {
         let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
         let args = [&fixed[..], &BASE, &["--event", &path]].concat();
         let out = util::read(&tools.sam(&args).stderr_path(&log));
+        let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
         let (ok, detail) = match out.and_then(|out| Answer::parse(out.trim().as_bytes())) {
             Ok(a) => {
                 a.mismatch(case).map_or((true, format!("{} {}", a.status, a.body)), |m| (false, m))
             }
-            Err(e) => (
-                false,
-                format!("{e:#}; sam's log: {}", std::fs::read_to_string(&log).unwrap_or_default()),
-            ),
+            Err(e) => (false, format!("{e:#}; sam's log: {}", sam_log())),
         };
         log!("{}: {event}: {detail}", if ok { "ok" } else { "FAILED" });
         results.push(Invoked { event: event.clone(), ok, detail });
@@ -113,7 +111,7 @@ fn start_api(tools: &Tools) -> Result<String> {
 
 fn stand_in_image() -> Result<()> {
     let image = STAND_IN;
-    let inspect = duct::cmd!("docker", "image", "inspect", &image).stdout_null().stderr_null();
+    let inspect = duct::cmd!("docker", "image", "inspect", image).stdout_null().stderr_null();
     if inspect.unchecked().run()?.status.success() {
         log!("base image {image} exists (`docker image rm {image}` to rebuild it)");
         return Ok(());
@@ -139,23 +137,20 @@ fn stand_in_image() -> Result<()> {
             fs.file(&format!("lib64/{lib}"), &src, 0o755);
         }
     }
-    for (path, text) in [
-        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n"),
-        ("etc/group", "root:x:0:\nsbx_user1051:x:990:\n"),
-        ("etc/os-release", "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n"),
-    ] {
-        fs.text(path, text);
-    }
+    fs.text(
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nsbx_user1051:x:993:990::/home/sbx_user1051:/sbin/nologin\n",
+    );
+    fs.text("etc/group", "root:x:0:\nsbx_user1051:x:990:\n");
+    fs.text(
+        "etc/os-release",
+        "NAME=\"Amazon Linux (local stand-in)\"\nVERSION=\"2023\"\nID=\"amzn\"\n",
+    );
     let base = util::root().join("docker/lambda-base");
     fs.file("lambda-entrypoint.sh", &base.join("lambda-entrypoint.sh"), 0o755);
-    // The Dockerfile copies a directory `rootfs/`: the archive is unpacked into it.
     let ctx = util::target_dir().join("lambda-base");
     let _ = std::fs::remove_dir_all(&ctx);
     fs.write(&ctx.join("rootfs.tar"))?;
-    let mut archive = tar::Archive::new(std::fs::File::open(ctx.join("rootfs.tar"))?);
-    archive.set_preserve_permissions(true);
-    archive.unpack(ctx.join("rootfs"))?;
-    std::fs::remove_file(ctx.join("rootfs.tar"))?;
     util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
     Ok(())
