@@ -32,6 +32,18 @@ struct Step {
     reuse_index: bool,
 }
 
+impl Step {
+    /// The step's command, run in the workspace root. Cargo is named as a string, so that it is
+    /// looked up on PATH (duct runs a one-component `Path` from the working directory).
+    fn command(&self, me: &Path) -> duct::Expression {
+        match self.program {
+            Program::Cargo => duct::cmd("cargo", &self.args),
+            Program::Xtask => duct::cmd(me, &self.args),
+        }
+        .dir(util::root())
+    }
+}
+
 /// Where CI's submission test pushes the API image (Debian's registry, started by the step).
 const LOOPBACK_IMAGE: &str = "127.0.0.1:5000/fraud-api:test";
 
@@ -83,8 +95,7 @@ pub fn run(args: Args) -> Result<()> {
     let only = |s: &&Step| args.only.as_deref().is_none_or(|o| s.name.contains(o));
     for step in steps(util::target_dir()).iter().filter(only) {
         log!("== ci: {} ==", step.name);
-        let program = if step.program == Program::Cargo { "cargo".into() } else { me.clone() };
-        let mut e = duct::cmd(program, &step.args).dir(util::root());
+        let mut e = step.command(&me);
         // The newest index a release build of the workspace packed, unless the caller chose one.
         let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
         let packed = || util::newest_index_artifact(&util::target_dir().join("release/build"));
@@ -132,5 +143,14 @@ mod tests {
             Outcome { name: "test", passed: false, seconds: 100.2 },
         ];
         assert_eq!(figures(&done, 103.0), "fmt ok 3 s, test FAILED 100 s; 103 s in all");
+    }
+
+    /// A cargo step runs the cargo found on PATH (a one-component `Path` would not be).
+    #[test]
+    fn a_cargo_step_runs_the_cargo_on_path() {
+        let args = vec!["--version".to_string()];
+        let step = Step { name: "v", program: Program::Cargo, args, reuse_index: false };
+        let out = step.command(Path::new("/no/xtask")).read().unwrap();
+        assert!(out.starts_with("cargo "), "{out}");
     }
 }
