@@ -93,11 +93,12 @@ pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let (started, mut done) = (Instant::now(), Vec::new());
     let only = |s: &&Step| args.only.as_deref().is_none_or(|o| s.name.contains(o));
+    // The newest index a release build of the workspace packed, unless the caller chose one.
+    let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
     for step in steps(util::target_dir()).iter().filter(only) {
         log!("== ci: {} ==", step.name);
         let mut e = step.command(&me);
-        // The newest index a release build of the workspace packed, unless the caller chose one.
-        let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
+        // Looked up per step: the workspace's clippy step is what packs it.
         let packed = || util::newest_index_artifact(&util::target_dir().join("release/build"));
         if let Some(artifact) = (step.reuse_index && !chosen).then(packed).flatten() {
             e = e.env("FRAUD_INDEX_ARTIFACT_IN", artifact);

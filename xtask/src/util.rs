@@ -231,21 +231,28 @@ impl ScratchImage {
         for (name, node) in &self.0 {
             use tar::EntryType::{Directory, Regular, Symlink};
             let mut h = tar::Header::new_gnu();
-            let read = |f: &Path| std::fs::read(f).with_context(|| format!("no {}", f.display()));
-            let (kind, mode, data) = match node {
-                Node::Dir(m) => (Directory, *m, vec![]),
-                Node::Text(t) => (Regular, 0o644, t.as_bytes().to_vec()),
-                Node::File(f, m) => (Regular, *m, read(f)?),
-                Node::Link(target) => (Symlink, 0o777, h.set_link_name(target).map(|_| vec![])?),
+            // Host files are streamed into the tar: the API binary alone holds the 92 MB index.
+            let (kind, mode, size, data): (_, _, u64, Box<dyn std::io::Read>) = match node {
+                Node::Dir(m) => (Directory, *m, 0, Box::new(std::io::empty())),
+                Node::Text(t) => (Regular, 0o644, t.len() as u64, Box::new(t.as_bytes())),
+                Node::File(f, m) => {
+                    let file =
+                        std::fs::File::open(f).with_context(|| format!("no {}", f.display()))?;
+                    (Regular, *m, file.metadata()?.len(), Box::new(file))
+                }
+                Node::Link(target) => {
+                    h.set_link_name(target)?;
+                    (Symlink, 0o777, 0, Box::new(std::io::empty()))
+                }
             };
             h.set_entry_type(kind);
             h.set_mode(mode);
-            h.set_size(data.len() as u64);
+            h.set_size(size);
             // Owner and mtime 0 (the header starts zeroed, but a zeroed field is not an octal 0).
             h.set_uid(0);
             h.set_gid(0);
             h.set_mtime(0);
-            tar.append_data(&mut h, name, &data[..])?;
+            tar.append_data(&mut h, name, data)?;
         }
         tar.into_inner()?.sync_all()?;
         Ok(())

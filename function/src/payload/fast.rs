@@ -73,12 +73,8 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn bytes(&self) -> &'a [u8] {
-        self.b
-    }
-
     fn peek(&self) -> Option<u8> {
-        self.bytes().get(self.i).copied()
+        self.b.get(self.i).copied()
     }
 
     fn ws(&mut self) {
@@ -97,7 +93,7 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
-        let rest = &self.bytes()[start..];
+        let rest = &self.b[start..];
         let len = stop(rest)?;
         if rest[len] != b'"' {
             return None;
@@ -116,7 +112,7 @@ impl<'a> Cursor<'a> {
             1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
         ];
         self.ws();
-        let b = self.bytes();
+        let b = self.b;
         let start = self.i;
         let mut i = start;
         let negative = b.get(i) == Some(&b'-');
@@ -176,7 +172,7 @@ impl<'a> Cursor<'a> {
 
     fn literal(&mut self, word: &str) -> bool {
         self.ws();
-        let hit = self.bytes()[self.i..].starts_with(word.as_bytes());
+        let hit = self.b[self.i..].starts_with(word.as_bytes());
         if hit {
             self.i += word.len();
         }
@@ -258,7 +254,7 @@ impl<'a> Cursor<'a> {
     /// Takes `"key"` if the text continues with exactly that.
     fn quoted(&mut self, key: &str) -> bool {
         let n = key.len();
-        let hit = match self.bytes().get(self.i..self.i + n + 2) {
+        let hit = match self.b.get(self.i..self.i + n + 2) {
             Some([b'"', body @ .., b'"']) => body.iter().zip(key.as_bytes()).all(|(a, b)| a == b),
             _ => false,
         };
