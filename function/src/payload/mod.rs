@@ -381,6 +381,8 @@ mod tests {
             BODY.replace(r#""MERC-016"}"#, r#""MERC-\u0030"}"#),
             BODY.replace(r#""amount""#, r#""\u0061mount""#),
             BODY.replace(r#""amount":41.12"#, r#""amount":41.12,"amount":1"#),
+            BODY.replace(r#""installments":2"#, r#""installments":2,"amount":1"#),
+            BODY.replace(r#""mcc":"5411","avg_amount":60.25"#, r#""avg_amount":60.25,"mcc":"5411","id":"x""#),
             BODY.replace(r#""amount":41.12"#, r#""note":"x","n":1,"b":true,"z":null,"amount":41.12"#),
             BODY.replace(r#""amount":41.12"#, r#""deep":{"a":[1]},"amount":41.12"#),
             BODY.replace("false", "0"),
@@ -413,6 +415,21 @@ mod tests {
             answered >= 10,
             "the fast path answered only {answered} cases"
         );
+    }
+
+    /// Keys in any order are the fast path's: sorted (as serde_json's `Value`, Go's maps and
+    /// Python's `sort_keys` write them) and reversed, every object.
+    #[test]
+    fn the_fast_path_reads_keys_in_any_order() {
+        let value: serde_json::Value = serde_json::from_str(BODY).unwrap();
+        let sorted = value.to_string();
+        assert!(sorted.starts_with(r#"{"customer":{"avg_amount":82.24,"known_merchants""#));
+        let reversed = r#"{"last_transaction":{"km_from_current":18.8,"timestamp":"2026-03-11T14:58:35Z"},"terminal":{"km_from_home":29.23,"card_present":true,"is_online":false},"merchant":{"avg_amount":60.25,"mcc":"5411","id":"MERC-016"},"customer":{"known_merchants":["MERC-003","MERC-016"],"tx_count_24h":3,"avg_amount":82.24},"transaction":{"requested_at":"2026-03-11T18:45:53Z","installments":2,"amount":41.12},"id":"tx-1"}"#;
+        let want = with_serde(BODY).unwrap();
+        for text in [&sorted, reversed] {
+            let p = fast::parse(text.as_bytes()).unwrap_or_else(|| panic!("gave up on {text}"));
+            assert_eq!(format!("{p:?}"), format!("{want:?}"), "{text}");
+        }
     }
 
     #[test]
