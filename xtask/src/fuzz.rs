@@ -53,7 +53,11 @@ fn cargo_fuzz(nightly: bool, wrapper: &[String], args: &[String]) -> duct::Expre
     let toolchain = nightly.then(|| "+nightly".to_string());
     let argv = [wrapper, &["cargo".into()], toolchain.as_slice(), &["fuzz".into()], args].concat();
     let e = duct::cmd(&argv[0], &argv[1..]).dir(util::root().join("fuzz"));
-    (!nightly).then_some("1").map_or(e.clone(), |on| e.env("RUSTC_BOOTSTRAP", on))
+    if nightly {
+        e
+    } else {
+        e.env("RUSTC_BOOTSTRAP", "1")
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -223,21 +223,17 @@ impl<'a> Cursor<'a> {
         let (mut next, mut seen) = (0, 0u32);
         loop {
             self.ws();
-            let mut order = (next..keys.len()).chain(0..next);
-            let found = order.find(|&k| seen & (1 << k) == 0 && self.quoted(keys[k]));
-            let k = match found {
-                Some(k) => Some(k),
-                None => {
-                    let key = self.string()?;
-                    keys.iter().position(|k| *k == key)
-                }
-            };
+            let mut unseen = (next..keys.len())
+                .chain(0..next)
+                .filter(|&k| seen & (1 << k) == 0);
+            let k = unseen.find(|&k| self.quoted(keys[k]));
+            if k.is_none() && keys.contains(&self.string()?) {
+                // Every key not yet seen failed in place: a known key here is a repeat.
+                return None;
+            }
             self.eat(b':')?;
             match k {
                 Some(k) => {
-                    if seen & (1 << k) != 0 {
-                        return None;
-                    }
                     seen |= 1 << k;
                     next = k + 1;
                     field(self, k)?;
