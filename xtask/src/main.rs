@@ -1,23 +1,11 @@
-//! `cargo xtask` (alias in `.cargo/config.toml`): every command logs on stderr and ends with one
-//! verdict line (`<command>: PASS|FAIL <figures>`), also kept as JSON under `<target>/xtask/`.
-//! [`util`] imports nothing of the harness; each command module only `util` and its children;
-//! the instruments CI never runs (`bench`, `lambda::measure`, `stack::measure`) sit apart.
-
-mod bench;
-mod ci;
-mod fuzz;
-mod lambda;
-mod stack;
-mod util;
-mod verify;
+//! `cargo xtask`: the command line of the harness (the library, `src/lib.rs`).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use xtask::{ci, fuzz, lambda, stack, verify};
 
 #[derive(Parser)]
-#[command(
-    about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing, benchmarks"
-)]
+#[command(about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,23 +24,16 @@ enum Command {
     Stack(stack::Args),
     /// The cargo-fuzz targets (AddressSanitizer).
     Fuzz(fuzz::Args),
-    /// Benchmarks (criterion) of the search against brute force and faiss.
-    Bench,
 }
 
 fn main() -> Result<()> {
-    // A relative CARGO_TARGET_DIR is relative to where cargo was started; the commands run from
-    // the workspace root, so it is made absolute once, here.
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
-        std::env::set_var("CARGO_TARGET_DIR", std::path::absolute(dir)?);
-    }
+    xtask::util::absolute_target_dir()?;
     match Cli::parse().command {
         Command::Ci(a) => ci::run(a),
         Command::Verify => verify::run(),
         Command::Lambda(a) => lambda::run(a),
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),
-        Command::Bench => bench::run(),
     }
 }
 

@@ -8,18 +8,30 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Progress for the human, on stderr.
+#[macro_export]
 macro_rules! log {
     ($($arg:tt)*) => { eprintln!("[xtask] {}", format_args!($($arg)*)) };
 }
-pub(crate) use log;
+pub use crate::log;
 
+/// A command run in the workspace root.
+#[macro_export]
 macro_rules! cmd {
     ($($arg:expr),+ $(,)?) => { duct::cmd!($($arg),+).dir($crate::util::root()) };
 }
-pub(crate) use cmd;
+pub use crate::cmd;
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+}
+
+/// A relative CARGO_TARGET_DIR is relative to where cargo was started; the commands run from the
+/// workspace root, so a command's `main` makes it absolute first.
+pub fn absolute_target_dir() -> Result<()> {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        std::env::set_var("CARGO_TARGET_DIR", std::path::absolute(dir)?);
+    }
+    Ok(())
 }
 
 /// Cargo's target directory as cargo resolves it (`CARGO_TARGET_DIR`, its config, `target/`).

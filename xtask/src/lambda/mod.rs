@@ -1,13 +1,12 @@
 //! `cargo xtask lambda` (docs/LAMBDA.md): one build, tested by the gate, shipped by `sam build`.
 
-mod emulator;
-mod events;
+pub mod emulator;
+pub mod events;
 mod gate;
-mod logs;
-mod measure;
-mod package;
+pub mod logs;
+pub mod package;
 mod preflight;
-mod sam;
+pub mod sam;
 
 use crate::util::{self, mb};
 use anyhow::Result;
@@ -31,12 +30,6 @@ enum Command {
         #[arg(long)]
         artifacts_dir: Option<PathBuf>,
     },
-    /// Cold starts with the page cache dropped before each (root): init and first queries,
-    /// lazy index against FRAUD_PREFAULT=1, alternated.
-    ColdStart(measure::cold::Args),
-    /// `sam build`, then `sam local invoke` of sample events in Docker (stand-in base image
-    /// under a private tag) and `sam local start-api` on loopback.
-    SamLocal(measure::sam_local::Args),
     /// Before `sam deploy`: the account's concurrency and the ReservedConcurrency it allows.
     Preflight,
 }
@@ -54,8 +47,6 @@ pub fn run(args: Args) -> Result<()> {
             let figures = format!("bootstrap sha256 {sha}, {mb:.1} MB, {s:.0} s");
             util::verdict("lambda build", true, &figures, &pkg)
         }
-        Some(Command::ColdStart(a)) => measure::cold::run(a),
-        Some(Command::SamLocal(a)) => measure::sam_local::run(a),
         Some(Command::Preflight) => preflight::run(),
     }
 }

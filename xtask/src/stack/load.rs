@@ -287,8 +287,9 @@ pub fn run_figures(r: &LoadRun) -> String {
     format!("requests {n}, errors {errors}, FP {fp}, FN {fn_}, p50 {med:.3} ms, p99 {p99:.3} ms, score {score:.1}, {memory}{problems}")
 }
 
-/// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests).
-#[cfg(test)]
+/// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests, here
+/// and in `measure`).
+#[cfg(any(test, feature = "fixtures"))]
 pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
     let container = |&(service, ms): &(&str, u64)| {
         let after = Snapshot { memory_limit: 1, cpu_ns: ms * 1_000_000, ..Snapshot::default() };

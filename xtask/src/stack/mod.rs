@@ -1,15 +1,14 @@
-//! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates, instruments.
+//! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates.
 
-mod cgroup;
+pub mod cgroup;
 mod chaos;
-mod check;
-mod compose;
+pub mod check;
+pub mod compose;
 mod images;
-mod k6;
-mod load;
-mod measure;
+pub mod k6;
+pub mod load;
 mod overload;
-mod probe;
+pub mod probe;
 mod submission;
 
 use crate::util::{self, log};
@@ -28,7 +27,7 @@ pub struct Args {
 pub struct Common {
     /// Extra compose file on top of ours (repeatable), e.g. docker/experiments/cpuset-1.yml.
     #[arg(short = 'f', long = "override")]
-    overrides: Vec<PathBuf>,
+    pub overrides: Vec<PathBuf>,
     /// Use the images as they are (skip `stack images`).
     #[arg(long, env = "STACK_SKIP_BUILD")]
     no_build: bool,
@@ -38,7 +37,7 @@ pub struct Common {
 }
 
 impl Common {
-    fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
+    pub fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
         compose::require_tools(k6, wrk)?;
         if !self.no_build {
             images::build(&self.images)?;
@@ -60,15 +59,6 @@ pub struct Shape {
     /// Seconds of `--shape smoke`.
     #[arg(long, default_value_t = 15)]
     seconds: u32,
-}
-
-/// `stack run` and `stack floor`: one run of a load shape.
-#[derive(clap::Args)]
-struct One {
-    #[command(flatten)]
-    shape: Shape,
-    #[command(flatten)]
-    common: Common,
 }
 
 /// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
@@ -116,24 +106,18 @@ enum Command {
         #[arg(long)]
         running: bool,
     },
-    /// One k6 replica of the official test against the stack (a batch of one run).
-    Run(One),
-    /// The same k6 scenario against HAProxy answering by itself (the floor of this machine).
-    Floor(One),
     /// Gate: a short constant-rate run of the whole stack; fails on any error, FP, FN or crash.
     Smoke(Common),
     /// Gate: instance loss (SIGKILL of each API under steady load through HAProxy).
     Chaos(chaos::Args),
     /// Gate: overload at 3x the contest peak, then recovery.
     Overload(Common),
-    /// Alternated full runs of several configurations: table, medians, SVG, markdown.
-    Batch(measure::Args),
     /// The contest's `submission` branch: images pushed and pinned by digest, compose, info.json.
     Submission(submission::Args),
 }
 
 /// One stack command at a time per machine (projects, port 9999 and tags are shared): a lock.
-fn exclusive() -> Result<std::fs::File> {
+pub fn exclusive() -> Result<std::fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
     if f.try_lock().is_err() {
@@ -159,10 +143,6 @@ pub fn run(args: Args) -> Result<()> {
             let figures = format!("cpus {cpus:.2}/1.00, memory {mb:.0}/350 MB, problems {n}{also}");
             util::verdict("stack check", r.problems.is_empty(), &figures, &r)
         }
-        Command::Run(One { shape, common }) => measure::one("stack run", "stack", shape, common),
-        Command::Floor(One { shape, common }) => {
-            measure::one("stack floor", "floor", shape, common)
-        }
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
@@ -173,7 +153,6 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(common) => overload::run(common),
-        Command::Batch(a) => measure::run("stack batch", a),
         Command::Submission(a) => submission::run(a),
     }
 }
@@ -194,8 +173,8 @@ pub fn gate_may_run(name: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// `A` as clap parses `argv` (tests of the commands' arguments).
-#[cfg(test)]
+/// `A` as clap parses `argv` (tests of the commands' arguments, here and in `measure`).
+#[cfg(any(test, feature = "fixtures"))]
 pub fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
     #[derive(clap::Parser)]
     struct Cli<A: clap::Args> {

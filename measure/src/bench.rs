@@ -1,9 +1,9 @@
-//! `cargo xtask bench`, an instrument: the search's criterion benchmark against faiss and the
-//! labeller's brute force.
+//! `cargo measure bench`: the search's criterion benchmark against faiss and the labeller's
+//! brute force.
 
-use crate::util::{self, cmd};
 use anyhow::{Context, Result};
 use serde::Serialize;
+use xtask::util::{self, cmd};
 
 #[derive(Debug, PartialEq, Serialize)]
 struct Row {

@@ -1,13 +1,14 @@
-//! `cargo xtask lambda sam-local`: `sam local invoke` and `start-api` on a stand-in base image
-//! under a private tag (AWS's public name would shadow the real image for every project).
+//! `cargo measure sam-local`: `sam local invoke` and `start-api` on a stand-in base image under
+//! a private tag (AWS's public name would shadow the real image for every project).
 
-use super::super::events::{self, Answer};
-use super::super::sam::{Tools, FUNCTION};
-use crate::util::{self, log, ScratchImage};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use xtask::lambda::emulator;
+use xtask::lambda::events::{self, Answer};
+use xtask::lambda::sam::{Tools, FUNCTION};
+use xtask::util::{self, log, ScratchImage};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -72,7 +73,7 @@ fn start_api(tools: &Tools) -> Result<String> {
     t["Resources"][FUNCTION]["Properties"]["Events"] = yaml_serde::to_value(events)?;
     let template = build.join("template-start-api.yaml");
     std::fs::write(&template, yaml_serde::to_string(&t)?)?;
-    let port = super::super::emulator::free_port()?.port().to_string();
+    let port = emulator::free_port()?.port().to_string();
     let fixed = ["local", "start-api", "--host", "127.0.0.1", "--port", &port, "--template"];
     let args = [&fixed[..], &[template.to_str().context("path")?], &BASE].concat();
     let log = util::xtask_dir("lambda")?.join("start-api.log");

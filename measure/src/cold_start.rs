@@ -1,16 +1,16 @@
-//! `cargo xtask lambda cold-start`: page cache dropped (root) as on a new environment; lazy
-//! index against `FRAUD_PREFAULT=1`, alternated (ABBA), medians per mode.
+//! `cargo measure cold-start`: the Lambda bootstrap's cold starts, page cache dropped (root) as
+//! on a new environment; lazy index against `FRAUD_PREFAULT=1`, alternated (ABBA), medians.
 
-use super::super::emulator::{self, Session, Settings};
-use super::super::events::{self, Case};
-use super::super::logs::{self, Init};
-use super::super::package;
-use super::super::sam::{self, Tools};
-use crate::util::{self, cmd, log, median};
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
+use xtask::lambda::emulator::{self, Session, Settings};
+use xtask::lambda::events::{self, Case};
+use xtask::lambda::logs::{self, Init};
+use xtask::lambda::package;
+use xtask::lambda::sam::{self, Tools};
+use xtask::util::{self, cmd, log, median};
 
 #[derive(clap::Args)]
 pub struct Args {

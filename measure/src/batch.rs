@@ -1,18 +1,16 @@
-//! `cargo xtask stack batch` (`run`, `floor`: a batch of one), an instrument: configurations in
-//! alternated rounds (drift hits them alike), every run's table, medians and a chart ([`plot`]).
+//! `cargo measure batch` (`run`, `floor`: a batch of one): configurations of the contest stack
+//! in alternated rounds (drift hits them alike), every run's table, medians and a chart.
 
-mod plot;
-
-use super::compose::Compose;
-use super::k6::{self, Window};
-use super::load::{load_run, LoadRun};
-use super::{Common, Shape};
-use crate::util::{self, log, median, root};
+use crate::plot::{self, Series};
 use anyhow::{ensure, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use plot::Series;
 use serde::Serialize;
 use std::path::PathBuf;
+use xtask::stack::compose::Compose;
+use xtask::stack::k6::{self, Window};
+use xtask::stack::load::{load_run, LoadRun};
+use xtask::stack::{self, Common, Shape};
+use xtask::util::{self, log, median, root};
 
 /// The bound: the stack with APIs that answer a constant 200 (`local-runner serve --no-work`).
 pub const BOUND: &str = "docker/bound.yml";
@@ -221,6 +219,7 @@ pub fn one(verdict: &str, name: &str, shape: Shape, common: Common) -> Result<()
 }
 
 pub fn run(verdict: &str, a: Args) -> Result<()> {
+    let _lock = stack::exclusive()?;
     let configs = Configuration::all(&a)?;
     let names: Vec<&str> = configs.iter().map(Configuration::name).collect();
     a.common.prepare(true, false)?;
@@ -248,15 +247,14 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let stems = std::iter::once(String::new()).chain((2..).map(|n| format!("-{n}")));
     let stem = stems.map(|n| format!("{date}-stack-batch{n}")).find(free).unwrap_or_default();
     // The record: command, machine, configurations, the tables, the chart.
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let command = command.split_once(" stack ").map_or("batch", |(_, rest)| rest);
+    let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
     let (described, load_end) = (util::list(&configs, Configuration::describe), util::loadavg());
     let unfinished = failed
         .first()
         .map_or(String::new(), |_| format!("Runs that did not complete: {}\n", failed.join("; ")));
     let md = format!(
         "# Contest stack batch, {stamp}\n\n\
-         Command: `cargo xtask stack {command}`  \n\
+         Command: `cargo measure {command}`  \n\
          Machine: 2-core VM, load average {load_start} at the start, {load_end} at the end; k6 1.1.0 on the same machine.  \n\
          Configurations: {described}.  \n\
          Runs alternate (one of each configuration per round). CPU per request is each container's \
@@ -300,10 +298,10 @@ fn figures(configs: &[Configuration], runs: &[LoadRun], md: &str, problems: &[St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::load::run_of;
+    use xtask::stack::load::run_of;
 
     fn configs(line: &str) -> Result<Vec<Configuration>> {
-        Configuration::all(&crate::stack::parse(line).unwrap())
+        Configuration::all(&stack::parse(line).unwrap())
     }
 
     #[test]
@@ -334,7 +332,7 @@ mod tests {
         let got = (peer.project.as_str(), peer.files.len(), peer.dir.to_str(), peer.layout);
         assert_eq!(
             got,
-            ("fraudpeer", 1, Some("/work/peer"), crate::stack::compose::Layout::External)
+            ("fraudpeer", 1, Some("/work/peer"), xtask::stack::compose::Layout::External)
         );
         assert!(described[3].contains("external compose `/work/peer/compose.yml`, run as is"));
     }

@@ -1,0 +1,68 @@
+//! `cargo measure` (alias in `.cargo/config.toml`): the instruments CI never runs. Each builds on
+//! the harness's own sessions and checks (the `xtask` library) and ends, like a gate, with one
+//! verdict line and its JSON under `<target>/xtask/`.
+
+mod batch;
+mod bench;
+mod cold_start;
+mod plot;
+mod sam_local;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use xtask::stack::{Common, Shape};
+
+#[derive(Parser)]
+#[command(about = "The fraud scorer's instruments: stack batches, Lambda cold starts, benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `run` and `floor`: one run of a load shape.
+#[derive(clap::Args)]
+struct One {
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Alternated runs of several configurations of the contest stack: tables, medians, SVG.
+    Batch(batch::Args),
+    /// One k6 replica of the official test against the stack (a batch of one run).
+    Run(One),
+    /// The same k6 scenario against HAProxy answering by itself (the floor of this machine).
+    Floor(One),
+    /// Lambda cold starts with the page cache dropped before each (root): init and first
+    /// queries, lazy index against FRAUD_PREFAULT=1, alternated.
+    ColdStart(cold_start::Args),
+    /// `sam build`, then `sam local invoke` of sample events in Docker (stand-in base image
+    /// under a private tag) and `sam local start-api` on loopback.
+    SamLocal(sam_local::Args),
+    /// Benchmarks (criterion) of the search against brute force and faiss.
+    Bench,
+}
+
+fn main() -> Result<()> {
+    xtask::util::absolute_target_dir()?;
+    match Cli::parse().command {
+        Command::Batch(a) => batch::run("stack batch", a),
+        Command::Run(One { shape, common }) => batch::one("stack run", "stack", shape, common),
+        Command::Floor(One { shape, common }) => batch::one("stack floor", "floor", shape, common),
+        Command::ColdStart(a) => cold_start::run(a),
+        Command::SamLocal(a) => sam_local::run(a),
+        Command::Bench => bench::run(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}
