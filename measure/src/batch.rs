@@ -212,7 +212,7 @@ fn series<'a>(c: &'a Configuration, runs: &'a [LoadRun]) -> Series {
     Series { name: c.name().to_string(), points: (0..=last).filter_map(point).collect() }
 }
 
-/// `stack run` and `stack floor`: a batch of one run of one of ours.
+/// `cargo measure run` and `floor`: a batch of one run of one of ours.
 pub fn one(verdict: &str, name: &str, shape: Shape, common: Common) -> Result<()> {
     let (configs, variants, externals) = (vec![ours(name)], vec![], vec![]);
     run(verdict, Args { runs: 1, configs, variants, externals, publish: false, shape, common })
