@@ -3,7 +3,7 @@
 //
 // Per-second windows: every request is tagged `w` = whole seconds since the end of setup(), and an
 // always-true threshold per window makes k6 keep a submetric for it, so the summary can carry
-// count, errors, p50 and p99 for each second (`cargo xtask stack` plots and gates on them).
+// count, errors, p50 and p99 for each second (the stack gates judge them, `cargo measure` plots them).
 
 import { SharedArray } from 'k6/data';
 import { Counter } from 'k6/metrics';

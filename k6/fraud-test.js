@@ -1,5 +1,5 @@
 // k6 replica of the official Rinha de Backend 2026 load test (its scenario, checks and scoring).
-// Run by `cargo xtask stack smoke` and `cargo measure run|floor|batch`.
+// Run by `cargo xtask stack smoke|submission` and `cargo measure run|floor|batch`.
 //
 //   MODE=full  (default) the preview: ramping-arrival-rate, startRate 1/s, one stage of 120 s up
 //              to 900/s, preAllocatedVUs 100, maxVUs 250: about 54,060 requests.

@@ -34,7 +34,7 @@ pub fn run() -> Result<()> {
     let figures = util::list(&rows, |r| {
         format!("{} {:.2} us ({:.1}x)", r.name, r.median_us, r.ratio_to_ours)
     });
-    util::verdict("bench", true, &figures, &rows)
+    util::verdict("measure bench", true, &figures, &rows)
 }
 
 /// Each median (microseconds, in the order of [`NAMES`]) with its ratio to ours (the first).

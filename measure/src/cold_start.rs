@@ -99,7 +99,7 @@ pub fn run(a: Args) -> Result<()> {
         std::fs::write(path, &table)?;
         log!("wrote {}", path.display());
     }
-    util::verdict("lambda cold-start", true, &figures(&batch, t.elapsed().as_secs_f64()), &batch)
+    util::verdict("measure cold-start", true, &figures(&batch, t.elapsed().as_secs_f64()), &batch)
 }
 
 /// One start's figures: init, the queries, the same queries warm.

@@ -30,7 +30,8 @@ struct One {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Alternated runs of several configurations of the contest stack: tables, medians, SVG.
+    /// Alternated full runs of several configurations of the contest stack: tables, medians,
+    /// SVG, markdown.
     Batch(batch::Args),
     /// One k6 replica of the official test against the stack (a batch of one run).
     Run(One),
@@ -49,9 +50,11 @@ enum Command {
 fn main() -> Result<()> {
     xtask::util::absolute_target_dir()?;
     match Cli::parse().command {
-        Command::Batch(a) => batch::run("stack batch", a),
-        Command::Run(One { shape, common }) => batch::one("stack run", "stack", shape, common),
-        Command::Floor(One { shape, common }) => batch::one("stack floor", "floor", shape, common),
+        Command::Batch(a) => batch::run("measure batch", a),
+        Command::Run(One { shape, common }) => batch::one("measure run", "stack", shape, common),
+        Command::Floor(One { shape, common }) => {
+            batch::one("measure floor", "floor", shape, common)
+        }
         Command::ColdStart(a) => cold_start::run(a),
         Command::SamLocal(a) => sam_local::run(a),
         Command::Bench => bench::run(),

@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn draws_an_svg_with_every_configuration() {
-        let dir = std::env::temp_dir().join(format!("xtask-plot-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("measure-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("batch.svg");
         let s = |name: &str, k: f64| Series {

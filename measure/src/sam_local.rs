@@ -60,7 +60,7 @@ pub fn run(a: Args) -> Result<()> {
     let s = t.elapsed().as_secs_f64();
     let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}); sam local start-api: {api}; {s:.0} s");
     let detail = serde_json::json!({"invoked": results, "start_api": api});
-    util::verdict("lambda sam-local", passed == n && api_ok, &figures, &detail)
+    util::verdict("measure sam-local", passed == n && api_ok, &figures, &detail)
 }
 
 /// start-api on a copy of the built template with two HttpApi events (the deployed has none).

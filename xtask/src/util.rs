@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// Progress for the human, on stderr.
 #[macro_export]
 macro_rules! log {
-    ($($arg:tt)*) => { eprintln!("[xtask] {}", format_args!($($arg)*)) };
+    ($($arg:tt)*) => { eprintln!("[{}] {}", env!("CARGO_PKG_NAME"), format_args!($($arg)*)) };
 }
 pub use crate::log;
 

@@ -121,7 +121,7 @@ pub fn exclusive() -> Result<std::fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
     let f = std::fs::File::create(&path)?;
     if f.try_lock().is_err() {
-        log!("another `cargo xtask stack` command holds {}: waiting", path.display());
+        log!("another stack command (xtask or measure) holds {}: waiting", path.display());
         f.lock()?;
     }
     Ok(f)
