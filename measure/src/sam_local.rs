@@ -96,11 +96,19 @@ fn start_api(tools: &Tools) -> Result<String> {
     let payload = std::fs::read(util::root().join("events/payloads/legit.json"))?;
     let score = agent.post(format!("{url}/fraud-score")).header("content-type", "application/json");
     let scored = ready.as_ref().ok().map(|_| answer(score.send(&payload[..])));
-    // SIGINT: sam stops the containers it started.
+    // SIGINT: sam stops the containers it started. A shell without job control starts its
+    // background jobs with SIGINT ignored, and Python keeps that: then SIGKILL after 15 s.
     for pid in sam.pids() {
         let _ = util::signal(pid, nix::sys::signal::SIGINT);
     }
-    let _ = sam.wait();
+    let what = "sam local start-api: stopping on SIGINT";
+    let stopped = util::poll(what, Duration::from_secs(15), Duration::from_millis(200), || {
+        Ok(sam.try_wait()?.map(drop).ok_or("still running".to_string()))
+    });
+    if let Err(e) = stopped {
+        log!("{e:#}: killing it");
+        let _ = sam.kill();
+    }
     let (ready, (status, body)) = (ready?, scored.context("no /ready")??);
     anyhow::ensure!(
         status == 200 && body.contains("\"approved\""),
