@@ -1,14 +1,14 @@
 //! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates.
 
-pub mod cgroup;
+mod cgroup;
 mod chaos;
-pub mod check;
+mod check;
 pub mod compose;
 mod images;
 pub mod k6;
 pub mod load;
 mod overload;
-pub mod probe;
+mod probe;
 mod submission;
 
 use crate::util::{self, log};
