@@ -68,6 +68,9 @@ pub struct Response {
     pub content_type: &'static str,
     /// Methods allowed on the path, for the `Allow` header of a 405.
     pub allow: Option<&'static str>,
+    /// For a 400 about the body: the field its error names (`.` for the whole body), so that a
+    /// transport can log it without reading the body back.
+    pub field: Option<Cow<'static, str>>,
     pub body: Cow<'static, str>,
 }
 
@@ -77,6 +80,7 @@ impl Response {
             status,
             content_type: JSON,
             allow: None,
+            field: None,
             body,
         }
     }
@@ -129,6 +133,11 @@ impl Response {
         Response::fixed(503, r#"{"error":"too many connections"}"#)
     }
 
+    /// 503: the server holds as much for its clients as its memory budget allows.
+    pub fn server_busy() -> Response {
+        Response::fixed(503, r#"{"error":"server busy"}"#)
+    }
+
     /// The same answer to every request, without reading it: the body of a backend that does
     /// no work (`local-runner serve --no-work`, a measurement of the stack's lower bound).
     pub fn constant() -> Response {
@@ -175,7 +184,10 @@ impl<'a> Scorer<'a> {
                 }
                 match self.score(req.body) {
                     Ok(d) => Response::fixed(200, d.body()),
-                    Err(e) => Response::error(400, &e.to_string()),
+                    Err(e) => Response {
+                        field: Some(Cow::Owned(e.field().to_owned())),
+                        ..Response::error(400, &e.to_string())
+                    },
                 }
             }
             ("GET" | "HEAD", "/ready") => match readiness {
@@ -311,6 +323,7 @@ mod tests {
             (Response::body_too_large(), 413),
             (Response::head_too_large(), 431),
             (Response::too_many_connections(), 503),
+            (Response::server_busy(), 503),
         ] {
             assert_eq!((r.status, r.content_type, r.allow), (status, JSON, None));
             assert!(!error_of(&r).is_empty(), "{r:?}");
@@ -338,7 +351,12 @@ mod tests {
                 assert_eq!(r.status, 400, "{body}");
                 let e = error_of(&r);
                 assert!(e.starts_with(field), "{field}: {e}");
+                // The same field, carried for the transports' logs.
+                assert_eq!(r.field.as_deref(), Some(field), "{e}");
             }
+            // Answers that are not about the body's fields carry none.
+            assert_eq!(call(&s, "GET", "/nope", b"").field, None);
+            assert_eq!(Response::bad_request("malformed request head").field, None);
             // Missing field inside an object names the object and the field.
             let r = call(
                 &s,

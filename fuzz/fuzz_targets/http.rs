@@ -9,7 +9,9 @@
 //!   (`fraud_fuzz::http::simple_request`) get exactly the handler's answers, in order, whatever
 //!   follows them (a malformed head after them included);
 //! - the connection always ends: once the deadlines have passed, it says [`Next::Close`] (no
-//!   state in which it would wait forever), and it never asks to read after closing.
+//!   state in which it would wait forever), and it never asks to read after closing;
+//! - a call that pauses at its budget (pipelined requests) goes on when resumed, so the answers
+//!   are the same as without a budget.
 #![no_main]
 
 use fraud_fuzz::http::{parse_replies, simple_request};
@@ -44,7 +46,11 @@ fuzz_target!(|data: &[u8]| {
     let mut closed = false;
     let chunk = [1, 7, 61, 4096][data.len() % 4];
     for piece in data.chunks(chunk) {
-        let next = conn.receive(piece, t0, &limits, &mut app, &mut bufs);
+        let mut next = conn.receive(piece, t0, &limits, &mut app, &mut bufs);
+        // Paused at the call's budget (pipelined requests): go on as the event loop does.
+        while next == Next::Pause {
+            next = conn.resume(t0, &limits, &mut app, &mut bufs);
+        }
         if closed {
             assert_eq!(next, Next::Close, "a closed connection asked for more input");
         }

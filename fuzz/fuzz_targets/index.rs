@@ -1,9 +1,15 @@
-//! Index artifacts: `format::open` on damaged artifacts, then searches on whatever it accepts.
+//! Index artifacts: `format::open` and `format::verify_deep` on damaged artifacts, then searches
+//! on what they accept.
 //!
 //! `open` validates the rkyv archive and the table sizes "so the search can index them
-//! without checks failing at query time" (index-pack/src/format.rs). This target holds it to
-//! that: the input edits the fixture's valid artifact (byte overwrites at chosen offsets, a
-//! length change), and an artifact that opens must answer searches without a panic. Run with
+//! without checks failing at query time"; `verify_deep` reads every row and box and holds them
+//! to what the search relies on without checking it per query: values in their lanes' domain
+//! (no distance can overflow), every real row in a block and no padding in one
+//! (index-pack/src/format.rs). This target holds both to that: the input edits the fixture's
+//! valid artifact (byte overwrites at chosen offsets, a length change, optionally a footer
+//! recomputed over the damage with its true CRC32, as a packer bug would write it); an artifact
+//! that `verify_deep` accepts must satisfy this target's own independent checks of those
+//! invariants, and one that satisfies them must answer searches without a panic. Run with
 //! AddressSanitizer (cargo fuzz's default), it also watches the search's unsafe layout casts and
 //! the AVX2 kernels on arbitrary row, bound and centroid values.
 #![no_main]
@@ -26,7 +32,7 @@ struct Input {
     edits: Vec<Edit>,
     /// Bytes cut from the end (only the archive, the footer is rewritten when `fix_footer`).
     cut: u16,
-    /// Recompute the footer (length, CRC32) after the edits, as a packer bug would.
+    /// Recompute the footer (length, true CRC32) after the edits, as a packer bug would.
     fix_footer: bool,
     queries: Vec<[i16; 14]>,
 }
@@ -49,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
         let footer = format::Footer {
             format_version: format::FORMAT_VERSION,
             archive_len: archive.len() as u64,
-            crc32: 0,
+            crc32: crc32fast::hash(&archive),
         };
         artifact.extend_from_slice(&footer.to_bytes());
     } else {
@@ -59,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(index) = format::open(&aligned) else {
         return;
     };
-    let _ = format::verify_deep(&aligned);
+    let deep = format::verify_deep(&aligned);
     if std::env::var_os("INDEX_FUZZ_DEBUG").is_some() {
         eprintln!("{input:?}");
         for (i, p) in index.partitions.iter().enumerate() {
@@ -73,7 +79,18 @@ fuzz_target!(|data: &[u8]| {
         references_in_range(index),
         "open accepted a tree whose references leave its tables"
     );
-    if !values_in_domain(index) {
+    let searchable = values_in_domain(index) && rows_in_blocks(index);
+    if let Ok(()) = deep {
+        assert!(
+            values_in_domain(index),
+            "verify_deep accepted a value outside its lane's domain"
+        );
+        assert!(
+            rows_in_blocks(index),
+            "verify_deep accepted a real row outside every block, or padding inside one"
+        );
+    }
+    if !searchable {
         return;
     }
     // Queries from the vectorizer's domain: [0, 10000], dims 5 and 6 also -10000, binary dims.
@@ -106,9 +123,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// The search's precondition on values, which `open` deliberately does not check (it reads no
-/// rows; the CRC32 in `verify_deep` protects them): every lane within its dimension's range
-/// and padding lanes 0, so that no distance can overflow `i32` (kernels.rs). An artifact
-/// outside it is not searched; the target still checks that opening it does not misbehave.
+/// rows) and `verify_deep` does: every lane within its dimension's range and padding lanes 0,
+/// so that no distance can overflow `i32` (kernels.rs). Written here independently of
+/// `verify_deep`, to check it.
 fn values_in_domain(index: &ArchivedIndex) -> bool {
     // Row lanes 5 and 6 (dims 5 and 6) hold the -1 sentinel; lanes from 11 on are padding.
     let ok = |lane: usize, v: f32| match lane {
@@ -148,10 +165,10 @@ fn values_in_domain(index: &ArchivedIndex) -> bool {
 }
 
 /// Whether every child reference of every tree names a node or block that exists and every
-/// block's rows are slots, as `open` promises the search (which indexes them unchecked). Format
-/// v1's `open` missed such a check for its super-blocks: this target found a one-byte damage
-/// that passed `open` and made the search index out of range (fuzz/artifacts-found/index/,
-/// docs/FUZZING.md).
+/// block's rows are slots, as `open` promises the search (whose indexing is bounds-checked: a
+/// reference out of range would be a panic, which aborts the server). An earlier format's
+/// `open` missed such a check: this target found a one-byte damage that passed `open` and made
+/// the search index out of range (fuzz/artifacts-found/index/, docs/FUZZING.md).
 fn references_in_range(index: &ArchivedIndex) -> bool {
     let ok = |c: u32| {
         if c & format::BLOCK_BIT != 0 {
@@ -168,4 +185,24 @@ fn references_in_range(index: &ArchivedIndex) -> bool {
         && index.blocks.iter().all(|b| {
             (b.first_slot.to_native() + b.n_slots.to_native()) as usize <= index.ids.len()
         })
+}
+
+/// Every real row lies in a block, and no block holds a padding slot (the scan tells padding
+/// from the slot number, without loading ids).
+fn rows_in_blocks(index: &ArchivedIndex) -> bool {
+    let mut in_block = vec![false; index.ids.len()];
+    for b in index.blocks.iter() {
+        let first = b.first_slot.to_native() as usize;
+        for s in first..first + b.n_slots.to_native() as usize {
+            if index.ids[s].to_native() == format::PAD_ID {
+                return false;
+            }
+            in_block[s] = true;
+        }
+    }
+    index
+        .ids
+        .iter()
+        .zip(&in_block)
+        .all(|(id, &inside)| inside || id.to_native() == format::PAD_ID)
 }

@@ -511,14 +511,25 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// The checks that read the whole artifact: the CRC32 of the archive, the row count, every
-/// row's label against its partition's, and the boxes the search prunes with: each node's
-/// child boxes inside the box its parent holds for it and, for the exact codec, every row
-/// inside its block's box. A box that missed a row would make the search skip it.
+/// The checks that read the whole artifact, so that the search may rely on what the packer
+/// promises without checking it per query (a test per invariant, `tests/artifact.rs`):
+/// - the CRC32 of the archive, and the row count;
+/// - every value the kernels read lies in its lane's domain (dims 5 and 6 in [-10000, 10000],
+///   the other row lanes in [0, 10000], the padding lane and the lanes past it 0), in rows and
+///   in boxes, so that no distance can overflow an `i32` (`MAX_DISTANCE`); an fp16 value is a
+///   number (not NaN or infinite) in the same domain;
+/// - every real row lies inside a block and no block holds a padding slot (the scan masks the
+///   padding of a block's last group by slot number, without loading ids); padding rows are 0;
+/// - every row's label is its partition's;
+/// - the boxes the search prunes with: each node's child boxes inside the box its parent holds
+///   for it and, for the exact codec, every row inside its block's box. A box that missed a row
+///   would make the search skip it.
 pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
     verify_checksum(artifact)?;
     let index = open(artifact)?;
     let bad = |m: String| Err(FormatError::Inconsistent(m));
+    check_values(index)?;
+    check_blocks_cover_rows(index)?;
     let real = index.ids.iter().filter(|&&id| id != PAD_ID).count();
     if real != index.header.n_refs.to_native() as usize {
         return bad(format!(
@@ -550,6 +561,121 @@ pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
         }
     }
     Ok(())
+}
+
+/// The fixed-point values a lane may hold: dims 5 and 6 (lanes 5 and 6) carry the -1 sentinel,
+/// the other row lanes are in [0, 1], the padding lane and the lanes past it are 0.
+fn lane_domain(lane: usize) -> std::ops::RangeInclusive<i16> {
+    const ONE: i16 = SCALE as i16;
+    match lane {
+        5 | 6 => -ONE..=ONE,
+        l if l < LANES - 1 => 0..=ONE,
+        _ => 0..=0,
+    }
+}
+
+/// Every value of the rows and of the boxes in its lane's domain (fp16: a number in it).
+fn check_values(index: &ArchivedIndex) -> Result<(), FormatError> {
+    let bad = |what: &str, at: usize, lane: usize, v: String| {
+        Err(FormatError::Inconsistent(format!(
+            "{what} {at} holds {v} in lane {lane}, outside {:?}",
+            lane_domain(lane)
+        )))
+    };
+    // A box: its 16 lanes (past LANES they must be 0).
+    let check_box =
+        |what: &str, at: usize, lo: &[rkyv::rend::i16_le; 16], hi: &[rkyv::rend::i16_le; 16]| {
+            for l in 0..16 {
+                for v in [lo[l].to_native(), hi[l].to_native()] {
+                    if !lane_domain(l).contains(&v) {
+                        return bad(what, at, l, v.to_string());
+                    }
+                }
+            }
+            Ok(())
+        };
+    for (i, p) in index.partitions.iter().enumerate() {
+        check_box("partition box", i, &p.bounds.lo, &p.bounds.hi)?;
+    }
+    // Pair-interleaved groups (node boxes, i16 rows): `pairs[p][2 * r + j]` is lane `2p + j`.
+    let pairs_ok = |pairs: &[[rkyv::rend::i16_le; 16]; PAIRS]| {
+        (0..PAIRS)
+            .flat_map(|p| (0..16).map(move |i| (p, i)))
+            .find_map(|(p, i)| {
+                let (lane, v) = (2 * p + i % 2, pairs[p][i].to_native());
+                (!lane_domain(lane).contains(&v)).then_some((lane, v))
+            })
+    };
+    for (n, g) in index.node_bounds.iter().enumerate() {
+        if let Some((lane, v)) = pairs_ok(&g.lo).or_else(|| pairs_ok(&g.hi)) {
+            return bad("node", n, lane, v.to_string());
+        }
+    }
+    match &index.codes {
+        ArchivedCodes::I16(groups) => {
+            for (g, group) in groups.iter().enumerate() {
+                if let Some((lane, v)) = pairs_ok(&group.pairs) {
+                    return bad("row group", g, lane, v.to_string());
+                }
+            }
+        }
+        ArchivedCodes::F16(groups) => {
+            for (g, group) in groups.iter().enumerate() {
+                for (lane, rows) in group.lanes.iter().enumerate() {
+                    for x in rows.iter() {
+                        let v = half::f16::from_bits(x.to_native()).to_f64();
+                        let domain = lane_domain(lane);
+                        let fixed = v * SCALE;
+                        if !(f64::from(*domain.start())..=f64::from(*domain.end())).contains(&fixed)
+                        {
+                            return bad("row group", g, lane, format!("the fp16 value {v}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Blocks (ordered and disjoint, `check_layout`) hold every real row and no padding slot; the
+/// padding slots between them hold zero rows.
+fn check_blocks_cover_rows(index: &ArchivedIndex) -> Result<(), FormatError> {
+    let bad = |m: String| Err(FormatError::Inconsistent(m));
+    let zero_row = |slot: usize| {
+        let (g, r) = (slot / GROUP_ROWS, slot % GROUP_ROWS);
+        match &index.codes {
+            ArchivedCodes::I16(groups) => {
+                (0..LANES).all(|l| groups[g].pairs[l / 2][2 * r + l % 2].to_native() == 0)
+            }
+            ArchivedCodes::F16(groups) => {
+                (0..LANES).all(|l| groups[g].lanes[l][r].to_native() == 0)
+            }
+        }
+    };
+    let mut slot = 0;
+    let padding_until = |slot: &mut usize, end: usize| {
+        while *slot < end {
+            if index.ids[*slot].to_native() != PAD_ID {
+                return bad(format!("slot {slot} holds a real row outside every block"));
+            }
+            if !zero_row(*slot) {
+                return bad(format!("padding slot {slot} holds a row that is not 0"));
+            }
+            *slot += 1;
+        }
+        Ok(())
+    };
+    for (b, block) in index.blocks.iter().enumerate() {
+        let first = block.first_slot.to_native() as usize;
+        let end = first + block.n_slots.to_native() as usize;
+        padding_until(&mut slot, first)?;
+        if let Some(s) = (first..end).find(|&s| index.ids[s].to_native() == PAD_ID) {
+            return bad(format!("block {b} holds the padding slot {s}"));
+        }
+        slot = end;
+    }
+    padding_until(&mut slot, index.ids.len())
 }
 
 /// Lanes `lo..=hi` of a box as native integers.

@@ -245,3 +245,106 @@ fn deep_checks_find_labels_and_boxes() {
         );
     }
 }
+
+fn i16_rows(i: &mut format::Index) -> &mut Vec<format::I16Group> {
+    match &mut i.codes {
+        format::Codes::I16(g) => g,
+        format::Codes::F16(_) => panic!("an i16 index"),
+    }
+}
+
+fn f16_rows(i: &mut format::Index) -> &mut Vec<format::F16Group> {
+    match &mut i.codes {
+        format::Codes::F16(g) => g,
+        format::Codes::I16(_) => panic!("an fp16 index"),
+    }
+}
+
+/// A padding slot (an id of `PAD_ID`) and a block of at least two rows.
+fn padding_slot(i: &format::Index) -> usize {
+    i.ids
+        .iter()
+        .position(|&id| id == format::PAD_ID)
+        .expect("a padding slot")
+}
+
+/// What the search relies on without checking it per query is refused by `verify_deep`, one
+/// invariant at a time, with a sentence naming it (the artifact's tables stay consistent, so
+/// `open` alone accepts each of them).
+#[test]
+fn deep_checks_find_every_invariant_the_search_relies_on() {
+    type Damage = fn(&mut format::Index);
+    let i16_damage: [(&str, &str, Damage); 9] = [
+        ("a row value over 1", "outside 0..=10000", |i| {
+            i16_rows(i)[0].pairs[0][0] = 10_001
+        }),
+        (
+            "a negative value outside dims 5 and 6",
+            "outside 0..=10000",
+            |i| i16_rows(i)[0].pairs[0][0] = -1,
+        ),
+        ("a sentinel lane below -1", "outside -10000..=10000", |i| {
+            i16_rows(i)[0].pairs[2][1] = -10_001
+        }),
+        ("the padding lane not 0", "lane 11, outside 0..=0", |i| {
+            i16_rows(i)[0].pairs[5][1] = 1
+        }),
+        (
+            "a box lane past the row lanes not 0",
+            "partition box 0 holds 1 in lane 12",
+            |i| i.partitions[0].bounds.hi[12] = 1,
+        ),
+        (
+            "a node box outside the domain",
+            "node 0 holds -20000",
+            |i| i.node_bounds[0].lo[0][0] = -20_000,
+        ),
+        (
+            "a real row outside every block",
+            "outside every block",
+            |i| {
+                let b = i.blocks.iter_mut().find(|b| b.n_slots >= 2).unwrap();
+                b.n_slots -= 1;
+            },
+        ),
+        (
+            "a padding slot inside a block",
+            "holds the padding slot",
+            |i| {
+                let first = i.blocks[0].first_slot as usize;
+                i.ids[first] = format::PAD_ID;
+                i.header.n_refs -= 1;
+            },
+        ),
+        ("a padding row that is not 0", "padding slot", |i| {
+            let s = padding_slot(i);
+            i16_rows(i)[s / 8].pairs[0][2 * (s % 8)] = 5;
+        }),
+    ];
+    let f16_damage: [(&str, &str, Damage); 3] = [
+        ("an fp16 NaN", "the fp16 value NaN", |i| {
+            f16_rows(i)[0].lanes[0][0] = 0x7e00
+        }),
+        ("an fp16 infinity", "the fp16 value inf", |i| {
+            f16_rows(i)[0].lanes[0][0] = 0x7c00
+        }),
+        ("an fp16 value over 1", "the fp16 value 1.5", |i| {
+            f16_rows(i)[0].lanes[0][0] = 0x3e00
+        }),
+    ];
+    let cases = i16_damage
+        .iter()
+        .map(|d| (CodecKind::I16, d))
+        .chain(f16_damage.iter().map(|d| (CodecKind::F16, d)));
+    for (codec, (what, says, damage)) in cases {
+        let mut bad = index(codec);
+        damage(&mut bad);
+        let bytes = format::aligned_copy(&format::to_artifact(&bad));
+        format::open(&bytes).unwrap_or_else(|e| panic!("{what}: open should pass: {e}"));
+        let err = format::verify_deep(&bytes).unwrap_err();
+        assert!(
+            matches!(&err, FormatError::Inconsistent(m) if m.contains(says)),
+            "{what}: {err}"
+        );
+    }
+}

@@ -2,8 +2,8 @@
 //! row of the table is a case here, spoken in raw bytes over a Unix socket.
 //!
 //! Servers of the timeout rows run with short deadlines (`--header-timeout-ms 300
-//! --body-timeout-ms 300`) so that they take a fraction of a second instead of the production
-//! 10 s; the other rows run with the production settings.
+//! --body-timeout-ms 300 --send-timeout-ms 300`) so that they take a fraction of a second
+//! instead of the production 10 s; the other rows run with the production settings.
 
 mod common;
 
@@ -12,7 +12,14 @@ use std::io::{BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
 /// Short deadlines for every server in this file.
-const FAST: &[&str] = &["--header-timeout-ms", "300", "--body-timeout-ms", "300"];
+const FAST: &[&str] = &[
+    "--header-timeout-ms",
+    "300",
+    "--body-timeout-ms",
+    "300",
+    "--send-timeout-ms",
+    "300",
+];
 const DEADLINE: Duration = Duration::from_millis(300);
 
 fn fast_server(name: &str) -> Server {
@@ -1051,4 +1058,184 @@ fn sigterm_with_a_slow_client_still_exits_promptly() {
     assert!(status.success(), "{status}");
     // Bounded by the body deadline (300 ms), far below the 5 s drain.
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_client_that_reads_slowly_is_closed_at_the_send_deadline() {
+    let server = fast_server("slowread");
+    let s = server.connect();
+    // Requests pipelined without end, while the answers are taken 8 bytes every 20 ms: they keep
+    // trickling out, and still the client has them for 300 ms only. The server's close shows as
+    // a failed write (the answers already in the client's socket buffer stay readable).
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let batch = request("GET", "/ready", "").repeat(1000);
+        loop {
+            if let Err(e) = w.write_all(batch.as_bytes()) {
+                return (e.kind(), t.elapsed());
+            }
+        }
+    });
+    let mut r = s;
+    let mut taken = 0;
+    while !writer.is_finished() && t.elapsed() < Duration::from_secs(12) {
+        let mut buf = [0u8; 8];
+        taken += r.read(&mut buf).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (kind, after) = writer.join().unwrap();
+    assert!(
+        matches!(
+            kind,
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "write ended with {kind:?} after {after:?} (a timeout means the server kept the connection)"
+    );
+    assert!(
+        taken > 0 && after < Duration::from_secs(5),
+        "{after:?}, {taken} bytes taken"
+    );
+    assert_eq!(
+        server
+            .one(request("POST", "/fraud-score", LEGIT).as_bytes())
+            .body,
+        LEGIT_ANSWER
+    );
+}
+
+#[test]
+fn at_the_cap_a_new_connection_takes_the_place_of_an_unproductive_one() {
+    let server = start_ready(
+        "evict",
+        &["--max-connections", "4", "--header-timeout-ms", "5000"],
+    );
+    // Let the server count out the ready check's connection first.
+    std::thread::sleep(Duration::from_millis(100));
+    // Four connections that sent half a head and then nothing (slowloris).
+    let stalled: Vec<_> = (0..4)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(b"POST /fraud-score HTTP/1.1\r\nHo").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    // A new client is served at once...
+    let t = Instant::now();
+    let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
+    assert_eq!((resp.status, resp.body.as_str()), (200, LEGIT_ANSWER));
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    // ...in the place of the stalled connection that waited longest: a 503, then closed.
+    let mut r = BufReader::new(stalled[0].try_clone().unwrap());
+    let resp = read_response(&mut r);
+    assert_eq!(
+        (resp.status, resp.body.as_str()),
+        (503, r#"{"error":"too many connections"}"#)
+    );
+    assert!(closed_by_server(&mut r));
+}
+
+#[test]
+fn the_memory_budget_turns_connections_away_before_it_is_exceeded() {
+    let server = start_ready(
+        "budget",
+        &[
+            "--memory-budget-mb",
+            "1",
+            "--header-timeout-ms",
+            "5000",
+            "--body-timeout-ms",
+            "5000",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let before = proc_status_kb(server.pid(), "RssAnon");
+    // Connections that each hold 60 KB of an unfinished 64,000-byte body: about 1 MiB of them
+    // is kept, the rest is turned away.
+    let head = "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 64000\r\n\r\n";
+    let part = "x".repeat(60_000);
+    let (mut kept, mut refused) = (Vec::new(), 0);
+    for _ in 0..60 {
+        let mut s = server.connect();
+        if s.write_all(head.as_bytes()).is_err() || s.write_all(part.as_bytes()).is_err() {
+            refused += 1; // closed while sending: turned away
+            continue;
+        }
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut first = [0u8; 1];
+        match r.read(&mut first) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => kept.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => refused += 1,
+            Ok(_) => {
+                let mut rest = String::new();
+                let _ = r.read_to_string(&mut rest);
+                assert!(rest.starts_with("TTP/1.1 503 "), "{rest}");
+                assert!(rest.contains(r#"{"error":"server busy"}"#), "{rest}");
+                refused += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let during = proc_status_kb(server.pid(), "RssAnon");
+    eprintln!(
+        "kept {}, refused {refused}; anonymous RSS {before} KiB -> {during} KiB",
+        kept.len()
+    );
+    assert!((4..=20).contains(&kept.len()), "kept {}", kept.len());
+    assert!(refused >= 40, "refused {refused}");
+    assert!(
+        during.saturating_sub(before) < 4 * 1024,
+        "{before} -> {during} KiB"
+    );
+    // Once the held requests are gone, new connections are served again.
+    drop(kept);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
+        if resp.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refusing: {}", resp.body);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn out_of_descriptors_the_server_retries_accept_and_serves_the_queue() {
+    // 40 descriptors: the connection cap is lowered to fit (a warning), and a burst of 100
+    // connections runs the process out of descriptors while the refused ones linger. Every
+    // connection still gets an answer: accept is retried after a back-off, not only when a new
+    // connection arrives (none does here).
+    let server = start_ready_with_open_files("emfile", &[], 40);
+    std::thread::sleep(Duration::from_millis(100));
+    let conns: Vec<_> = (0..100)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
+                .unwrap();
+            s
+        })
+        .collect();
+    let t = Instant::now();
+    let mut statuses = std::collections::BTreeMap::new();
+    for s in conns {
+        let resp = read_response(&mut BufReader::new(s));
+        *statuses.entry(resp.status).or_insert(0) += 1;
+    }
+    eprintln!("statuses {statuses:?} in {:?}", t.elapsed());
+    assert_eq!(statuses.values().sum::<i32>(), 100);
+    assert!(
+        statuses.keys().all(|s| [200, 503].contains(s)),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains_key(&200));
 }

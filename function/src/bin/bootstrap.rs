@@ -16,11 +16,13 @@
 //! Logs go through `tracing` (`lambda_http::tracing`): JSON lines when the function's
 //! `LoggingConfig` says `LogFormat: JSON` (Lambda then sets `AWS_LAMBDA_LOG_FORMAT`), level from
 //! `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`. At INFO: one line at init (kernels, codec, index
-//! checksums, init time), one WARN line per failed request (status, method, path, the field a
-//! 400 names; never the body), nothing per successful request; the runtime's own errors.
+//! checksums, init time), one WARN line per failed request but at most one a second, with the
+//! count of those left out ([`FailureLog`]: status, method, path, the field a 400 names; never
+//! the body), nothing per successful request; the runtime's own errors.
 //!
-//! Any panic aborts the process after logging it: Lambda then reports the invocation as failed and
-//! starts a fresh execution environment, rather than reusing one in an unknown state.
+//! Any panic aborts the process after logging it (and running the default hook, which prints the
+//! standard message): Lambda then reports the invocation as failed and starts a fresh execution
+//! environment, rather than reusing one in an unknown state.
 
 use function::Scorer;
 use index_pack::format::{self, Footer};
@@ -29,7 +31,8 @@ use lambda_http::{service_fn, tracing, Body, Error, Request, RequestExt, Respons
 use std::convert::Infallible;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Longest path or field name written to a log line, in characters (both come from the client).
 const MAX_LOGGED_CHARS: usize = 100;
@@ -51,10 +54,10 @@ fn answer(scorer: &Scorer<'_>, req: &Request) -> function::Response {
 }
 
 /// Answers one request in the event source's format; logs it only if it failed.
-fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
+fn respond(scorer: &Scorer<'_>, failures: &FailureLog, req: &Request) -> Response<Body> {
     let answer = answer(scorer, req);
     if answer.status >= 400 {
-        log_failure(req, &answer);
+        failures.note(Instant::now(), req, &answer);
     }
     let mut builder = Response::builder()
         .status(answer.status)
@@ -67,26 +70,45 @@ fn respond(scorer: &Scorer<'_>, req: &Request) -> Response<Body> {
         .expect("status and headers come from the handler's fixed set")
 }
 
-/// One WARN line for a failed request: status, method, path and, for a 400, the field the
-/// handler's error names (the part of its message before the first `": "`). The request body,
-/// and the rest of the message (which may quote it), are never logged.
-fn log_failure(req: &Request, answer: &function::Response) {
-    #[derive(serde::Deserialize)]
-    struct ErrorBody<'a> {
-        #[serde(borrow)]
-        error: std::borrow::Cow<'a, str>,
+/// The log of failed requests: at most one WARN line per `every`, so that a flood of bad
+/// requests cannot drive the log volume (and its bill); each line counts the failures left out
+/// since the one before. A line says status, method, path and, for a 400, the field the
+/// handler's error names. The request body, and the error message (which may quote it), are
+/// never logged.
+struct FailureLog {
+    every: Duration,
+    /// When the last line was written, and the failures not logged since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl FailureLog {
+    fn new(every: Duration) -> FailureLog {
+        FailureLog {
+            every,
+            state: Mutex::new((None, 0)),
+        }
     }
-    let field = (answer.status == 400)
-        .then(|| serde_json::from_str::<ErrorBody>(&answer.body).ok())
-        .flatten()
-        .map(|e| clip(e.error.split_once(": ").map_or("", |(f, _)| f)).to_owned());
-    tracing::warn!(
-        status = answer.status,
-        method = %req.method(),
-        path = clip(req.raw_http_path()),
-        field = field.as_deref(),
-        "request failed"
-    );
+
+    /// Notes a failed request at `now`: a line if one is due, else one more left out.
+    fn note(&self, now: Instant, req: &Request, answer: &function::Response) {
+        let not_logged = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.0.is_some_and(|t| now.duration_since(t) < self.every) {
+                s.1 += 1;
+                return;
+            }
+            s.0 = Some(now);
+            std::mem::take(&mut s.1)
+        };
+        tracing::warn!(
+            status = answer.status,
+            method = %req.method(),
+            path = clip(req.raw_http_path()),
+            field = answer.field.as_deref().map(clip),
+            not_logged,
+            "request failed"
+        );
+    }
 }
 
 /// At most [`MAX_LOGGED_CHARS`] characters of `s`.
@@ -96,10 +118,13 @@ fn clip(s: &str) -> &str {
         .map_or(s, |(cut, _)| &s[..cut])
 }
 
-/// Logs the panic, then aborts the whole process.
+/// Logs the panic, runs the default hook (the standard message, a backtrace if asked), then
+/// aborts the whole process.
 fn install_abort_on_panic() {
-    std::panic::set_hook(Box::new(|info| {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
         tracing::error!(panic = %info, "panic, aborting");
+        default(info);
         std::process::abort();
     }));
 }
@@ -179,6 +204,7 @@ fn serve(started: Instant, invocations: &AtomicU64) -> Result<(), Error> {
         init_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "index ready"
     );
+    let failures = &FailureLog::new(Duration::from_secs(1));
     // One invocation at a time per execution environment: a single-threaded runtime suffices.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -186,7 +212,7 @@ fn serve(started: Instant, invocations: &AtomicU64) -> Result<(), Error> {
     runtime.block_on(lambda_http::run(service_fn(
         move |req: Request| async move {
             invocations.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, Infallible>(respond(&scorer, &req))
+            Ok::<_, Infallible>(respond(&scorer, failures, &req))
         },
     )))
 }
@@ -202,9 +228,14 @@ mod tests {
         lambda_http::request::from_str(&json).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// A failure log that writes every line (the rate limit has its own test).
+    fn every_failure() -> FailureLog {
+        FailureLog::new(Duration::ZERO)
+    }
+
     fn answer(name: &str) -> (u16, serde_json::Value) {
         let scorer = function::embedded_scorer().unwrap();
-        let res = respond(&scorer, &event(name));
+        let res = respond(&scorer, &every_failure(), &event(name));
         assert_eq!(res.headers()[CONTENT_TYPE], "application/json", "{name}");
         let body = match res.body() {
             Body::Text(s) => s.clone(),
@@ -249,13 +280,27 @@ mod tests {
     #[test]
     fn wrong_method_carries_allow() {
         let scorer = function::embedded_scorer().unwrap();
-        let res = respond(&scorer, &event("apigw-v2/wrong-method.json"));
+        let res = respond(
+            &scorer,
+            &every_failure(),
+            &event("apigw-v2/wrong-method.json"),
+        );
         assert_eq!(res.status(), 405);
         assert_eq!(res.headers()[ALLOW], "POST");
     }
 
     /// The JSON lines `respond` logs for these events, as Lambda's JSON format would write them.
     fn logged(events: &[&str]) -> Vec<serde_json::Value> {
+        let failures = every_failure();
+        logged_with(|scorer| {
+            for name in events {
+                respond(scorer, &failures, &event(name));
+            }
+        })
+    }
+
+    /// The JSON lines `f` logs, given the embedded scorer.
+    fn logged_with(f: impl FnOnce(&Scorer<'static>)) -> Vec<serde_json::Value> {
         #[derive(Clone, Default)]
         struct Buffer(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Buffer {
@@ -274,11 +319,7 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         let scorer = function::embedded_scorer().unwrap();
-        tracing::dispatcher::with_default(&tracing::Dispatch::new(subscriber), || {
-            for name in events {
-                respond(&scorer, &event(name));
-            }
-        });
+        tracing::dispatcher::with_default(&tracing::Dispatch::new(subscriber), || f(&scorer));
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -306,6 +347,7 @@ mod tests {
         assert_eq!(fields["method"], "POST");
         assert_eq!(fields["path"], "/fraud-score");
         assert_eq!(fields["field"], "transaction.amount");
+        assert_eq!(fields["not_logged"], 0);
         // The offending value ("441.59" as a string) is in the error message, not in the log.
         assert!(!lines[0].to_string().contains("441.59"), "{}", lines[0]);
 
@@ -316,5 +358,27 @@ mod tests {
             .collect();
         assert_eq!(statuses, [404, 405], "{lines:?}");
         assert!(lines.iter().all(|l| l["fields"].get("field").is_none()));
+    }
+
+    #[test]
+    fn failures_are_logged_at_most_once_a_second_with_a_count() {
+        let failures = FailureLog::new(Duration::from_secs(1));
+        let bad = event("hostile/wrong-type.json");
+        let t0 = Instant::now();
+        let lines = logged_with(|scorer| {
+            let answer = super::answer(scorer, &bad);
+            // Six failures within 1.2 s: a line at 0 s, four left out, a line at 1.2 s.
+            for ms in [0, 100, 400, 900, 999, 1200] {
+                failures.note(t0 + Duration::from_millis(ms), &bad, &answer);
+            }
+        });
+        let counts: Vec<_> = lines
+            .iter()
+            .map(|l| l["fields"]["not_logged"].clone())
+            .collect();
+        assert_eq!(counts, [0, 4], "{lines:?}");
+        assert!(lines
+            .iter()
+            .all(|l| l["fields"]["field"] == "transaction.amount"));
     }
 }

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Transport limits (the table in the `serve` module docs says what happens at each).
+/// Transport limits (the table in the `serve` module docs says what happens at each; the
+/// defaults and why are in docs/HOSTILE.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Longest body accepted (413 beyond).
@@ -14,10 +15,25 @@ pub struct Limits {
     /// Deadline for a complete request head, counted from when the connection starts waiting
     /// for one (so it also closes idle keep-alive connections).
     pub header_timeout: Duration,
-    /// Deadline for a complete body after its head, and for a write that makes no progress.
+    /// Deadline for a complete body after its head.
     pub body_timeout: Duration,
-    /// Connections served at once (503 and close beyond).
+    /// Deadline for the client to take answers that wait to be written, counted from when they
+    /// started waiting, whatever trickles out meanwhile (slow readers).
+    pub send_timeout: Duration,
+    /// Connections served at once. At the cap a new connection takes the place of the one that
+    /// has been unproductive longest (no answer delivered, or none for a while); when none
+    /// qualifies it gets 503 and is closed.
     pub max_connections: usize,
+    /// Bytes of answers one connection may have waiting to be written; parsing its pipelined
+    /// requests stops there and goes on as the client takes them.
+    pub max_unsent_bytes: usize,
+    /// Requests of one connection answered per turn of the event loop (each turn also reads it
+    /// at most once), so that one client cannot keep the loop from the others.
+    pub max_requests_per_turn: usize,
+    /// Bytes all connections together may hold (unfinished requests, pipelined input not read
+    /// yet, decoded bodies, unsent answers). Beyond it, new connections and connections that
+    /// need more get 503 and are closed.
+    pub memory_budget: usize,
     /// How long in-flight requests may take after SIGTERM.
     pub drain: Duration,
     /// After each event, how long the loop keeps polling without sleeping before it blocks in
@@ -34,7 +50,11 @@ impl Default for Limits {
             max_body_bytes: 64 * 1024,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_unsent_bytes: 16 * 1024,
+            max_requests_per_turn: 16,
+            memory_budget: 16 << 20,
             drain: Duration::from_secs(5),
             spin: Duration::ZERO,
         }

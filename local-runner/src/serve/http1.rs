@@ -2,15 +2,23 @@
 //!
 //! [`Conn`] is the protocol state of one connection. The event loop hands it the bytes it read
 //! ([`Conn::receive`]) and the passing of time ([`Conn::tick`]); it appends the answers to an
-//! output buffer and says whether the connection goes on ([`Next`]). It never touches a socket,
+//! output buffer and says what the connection needs next ([`Next`]). It never touches a socket,
 //! so the unit tests and the `http` fuzz target drive exactly the code the server runs.
 //!
 //! Contract:
-//! - Requests are answered in the order they arrive, each as soon as it is complete (pipelined
-//!   requests in one read get their answers in one write). A request that cannot be served (a
-//!   malformed or oversized head, bad framing, a body over the limit, a deadline) gets its own
-//!   answer after those of every complete request before it, with `connection: close`, and the
-//!   connection ends ([`Next::Close`]); bytes after it are not read.
+//! - Requests are answered in the order they arrive, each as soon as it is complete. A request
+//!   that cannot be served (a malformed or oversized head, bad framing, a body over the limit, a
+//!   deadline) gets its own answer after those of every complete request before it, with
+//!   `connection: close`, and the connection ends ([`Next::Close`]); bytes after it are not read.
+//! - Work per call is bounded ([`Limits::max_requests_per_turn`] answers, or
+//!   [`Limits::max_unsent_bytes`] of them): pipelined requests beyond that stay unread in the
+//!   connection and [`Next::Pause`] asks the caller to [`Conn::resume`] later (once the answers
+//!   are written, or on the loop's next turn), so one client cannot keep the loop or make the
+//!   server buffer answers without bound.
+//! - A request that arrives in pieces is scanned once: the head is parsed again only when a new
+//!   line of it has arrived (the head has at most [`MAX_HEADERS`] + 1 lines), and a chunked
+//!   body is decoded as its pieces arrive, its state kept between calls. The work for a
+//!   request is linear in its bytes however they are cut.
 //! - Framing is RFC 9112's: `Content-Length` (any number of digits, refused only when the value
 //!   overflows `u64`; two different values are refused) or
 //!   `Transfer-Encoding: chunked` (which wins over a length, and then the connection closes after
@@ -19,7 +27,8 @@
 //!   it asked for keep-alive. HEAD gets the head of the answer only.
 //! - Memory: a connection holds no buffer between requests. Bytes of an incomplete request are
 //!   kept until it completes, at most [`MAX_HEAD_BYTES`] of head plus twice the body limit
-//!   (chunk framing included); beyond that the request is refused.
+//!   (chunk framing included); beyond that the request is refused. [`Conn::held_bytes`] says
+//!   what it holds, for the server's memory budget.
 //! - Every answer's status, body and headers come from [`function::Response`].
 
 use super::config::Limits;
@@ -38,6 +47,9 @@ pub const MAX_HEADERS: usize = 100;
 pub enum Next {
     /// More bytes (or nothing: an idle keep-alive connection).
     Read,
+    /// Received bytes are still unread (the call's budget ran out): write what was produced,
+    /// then call [`Conn::resume`] before reading more.
+    Pause,
     /// Write what was produced, then close. No further input is taken.
     Close,
 }
@@ -53,21 +65,24 @@ impl<F: FnMut(&Request<'_>) -> Response> App for F {
     }
 }
 
-/// Buffers the event loop lends to every connection in turn (so idle connections hold none).
+/// The output buffer the event loop lends to every connection in turn (so idle connections hold
+/// none).
 #[derive(Default)]
 pub struct Buffers {
     /// Answers produced by the last call, in order, ready to be written.
     pub out: Vec<u8>,
-    /// The decoded body of a chunked request.
-    body: Vec<u8>,
 }
 
 /// The protocol state of one connection.
 #[derive(Debug)]
 pub struct Conn {
-    /// Received bytes of a request that is not complete yet; empty (and unallocated) between
-    /// requests.
+    /// Received bytes not consumed yet: the current request from its first byte, then whatever
+    /// was pipelined after it. Empty (and unallocated) between requests.
     pending: Vec<u8>,
+    /// How far the current request has been read (offsets into `pending`).
+    stage: Stage,
+    /// The decoded body of a chunked request in progress (unallocated otherwise).
+    body: Vec<u8>,
     /// When the connection started waiting for the current request's head.
     waiting_since: Instant,
     /// When the current request's head was complete and its body started to be awaited.
@@ -78,21 +93,47 @@ pub struct Conn {
     last: bool,
     /// An answer with `connection: close` was produced: nothing more is read.
     closing: bool,
+    /// `pending` holds bytes not looked at yet (the last call stopped at its budget).
+    paused: bool,
+}
+
+/// Where the current request stands. Offsets are into the bytes of the current request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for the end of the head; the first `scanned` bytes hold no line end that has not
+    /// been parsed already.
+    Head { scanned: usize },
+    /// The head (`head_len` bytes) is in; waiting for `len` bytes of body after it.
+    Length { head_len: usize, len: usize },
+    /// The head is in; its chunked body is being decoded into `Conn::body`.
+    Chunked { head_len: usize, chunks: Chunks },
+}
+
+/// What one step of reading the current request gave.
+enum Step {
+    /// The request is answered (or refused); it took this many bytes.
+    Done(usize),
+    /// More bytes are needed.
+    More,
 }
 
 impl Conn {
     pub fn new(now: Instant) -> Conn {
         Conn {
             pending: Vec::new(),
+            stage: Stage::Head { scanned: 0 },
+            body: Vec::new(),
             waiting_since: now,
             head_at: None,
             continued: false,
             last: false,
             closing: false,
+            paused: false,
         }
     }
 
-    /// Takes bytes received from the client; answers every request they complete.
+    /// Takes bytes received from the client; answers the requests they complete, up to the
+    /// call's budget. Must not be called while [`Next::Pause`] stands (see [`Conn::resume`]).
     pub fn receive(
         &mut self,
         input: &[u8],
@@ -101,6 +142,7 @@ impl Conn {
         app: &mut impl App,
         bufs: &mut Buffers,
     ) -> Next {
+        debug_assert!(!self.paused, "receive while paused: resume first");
         if self.closing {
             return Next::Close;
         }
@@ -111,28 +153,66 @@ impl Conn {
                 self.pending.extend_from_slice(&input[used..]);
             }
         } else {
-            let mut pending = std::mem::take(&mut self.pending);
-            pending.extend_from_slice(input);
-            let used = self.process(&pending, now, limits, app, bufs);
-            if !self.closing && used < pending.len() {
-                pending.drain(..used);
-                self.pending = pending;
-            }
+            self.pending.extend_from_slice(input);
+            self.process_pending(now, limits, app, bufs);
         }
-        if !self.closing && self.pending.len() > MAX_HEAD_BYTES + 2 * limits.max_body_bytes {
+        self.after(limits, bufs)
+    }
+
+    /// Goes on with the bytes a call that returned [`Next::Pause`] left unread.
+    pub fn resume(
+        &mut self,
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) -> Next {
+        if self.closing {
+            return Next::Close;
+        }
+        self.paused = false;
+        self.process_pending(now, limits, app, bufs);
+        self.after(limits, bufs)
+    }
+
+    fn process_pending(
+        &mut self,
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) {
+        let pending = std::mem::take(&mut self.pending);
+        let used = self.process(&pending, now, limits, app, bufs);
+        if !self.closing && used < pending.len() {
+            let mut pending = pending;
+            pending.drain(..used);
+            self.pending = pending;
+        }
+    }
+
+    fn after(&mut self, limits: &Limits, bufs: &mut Buffers) -> Next {
+        if !self.closing
+            && !self.paused
+            && self.pending.len() > MAX_HEAD_BYTES + 2 * limits.max_body_bytes
+        {
             // Only chunk framing can get here (a head or a length over its limit is refused as
             // soon as it is seen): a body cut into tiny chunks costs more than it carries.
             self.refuse(Response::body_too_large(), bufs);
+        }
+        if self.pending.is_empty() && self.pending.capacity() > 0 {
+            self.pending = Vec::new();
         }
         self.next()
     }
 
     /// Applies the deadlines at `now`: a head not complete within the header timeout (408, or a
     /// silent close when nothing of it arrived: an idle keep-alive connection), a body not
-    /// complete within the body timeout after its head (408).
+    /// complete within the body timeout after its head (408). A paused connection is waiting
+    /// for the server, not for its client: no deadline of the client's applies to it.
     pub fn tick(&mut self, now: Instant, limits: &Limits, bufs: &mut Buffers) -> Next {
-        if self.closing {
-            return Next::Close;
+        if self.closing || self.paused {
+            return self.next();
         }
         match self.head_at {
             Some(t) if now.duration_since(t) >= limits.body_timeout => {
@@ -165,15 +245,23 @@ impl Conn {
         self.pending.is_empty()
     }
 
+    /// Bytes of memory this connection holds for requests (input kept, decoded body).
+    pub fn held_bytes(&self) -> usize {
+        self.pending.capacity() + self.body.capacity()
+    }
+
     fn next(&self) -> Next {
         if self.closing {
             Next::Close
+        } else if self.paused {
+            Next::Pause
         } else {
             Next::Read
         }
     }
 
-    /// Answers every complete request at the start of `buf`; returns the bytes they took.
+    /// Answers the complete requests at the start of `buf`, within the call's budget; returns
+    /// the bytes they took.
     fn process(
         &mut self,
         buf: &[u8],
@@ -182,23 +270,34 @@ impl Conn {
         app: &mut impl App,
         bufs: &mut Buffers,
     ) -> usize {
-        let mut at = 0;
+        let (mut at, mut answered, out_at_start) = (0, 0, bufs.out.len());
         while at < buf.len() && !self.closing {
+            if answered >= limits.max_requests_per_turn.max(1)
+                || bufs.out.len() - out_at_start >= limits.max_unsent_bytes
+            {
+                self.paused = true;
+                break;
+            }
             match self.one(&buf[at..], now, limits, app, bufs) {
-                Some(used) => {
+                Step::Done(used) => {
                     at += used;
+                    answered += 1;
+                    self.stage = Stage::Head { scanned: 0 };
                     self.waiting_since = now;
                     self.head_at = None;
                     self.continued = false;
+                    if self.body.capacity() > 0 {
+                        self.body = Vec::new();
+                    }
                 }
-                None => break,
+                Step::More => break,
             }
         }
         at
     }
 
-    /// Answers the request at the start of `buf` if it is complete (or refuses it); returns the
-    /// bytes it took, or None when more are needed.
+    /// Reads the request at the start of `buf` as far as it goes: answers it (or refuses it)
+    /// once complete, else records how far it got.
     fn one(
         &mut self,
         buf: &[u8],
@@ -206,46 +305,93 @@ impl Conn {
         limits: &Limits,
         app: &mut impl App,
         bufs: &mut Buffers,
-    ) -> Option<usize> {
+    ) -> Step {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut fields);
-        let head_len = match req.parse(buf) {
-            Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
-            Ok(Status::Partial) if buf.len() <= MAX_HEAD_BYTES => return None,
-            Ok(_) | Err(httparse::Error::TooManyHeaders) => {
-                return self.refused(Response::head_too_large(), buf, bufs)
+        let head_len = match self.stage {
+            Stage::Head { scanned } => {
+                // Parsed again only when a line has ended since the last parse (or on the
+                // first bytes, so that garbage is refused at once).
+                if scanned > 0 && !buf[scanned.min(buf.len())..].contains(&b'\n') {
+                    return self.head_partial(buf, bufs);
+                }
+                count_scanned(buf.len());
+                match req.parse(buf) {
+                    Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+                    Ok(Status::Partial) => return self.head_partial(buf, bufs),
+                    Ok(_) | Err(httparse::Error::TooManyHeaders) => {
+                        return self.refused(Response::head_too_large(), buf, bufs)
+                    }
+                    Err(e) => return self.refused(Response::bad_request(head_error(e)), buf, bufs),
+                }
             }
-            Err(e) => {
-                return self.refused(Response::bad_request(head_error(e)), buf, bufs);
+            Stage::Length { head_len, len } => {
+                if buf.len() < head_len + len {
+                    return Step::More;
+                }
+                parse_again(&mut req, buf, head_len);
+                head_len
+            }
+            Stage::Chunked {
+                head_len,
+                mut chunks,
+            } => {
+                match chunks.decode(buf, limits.max_body_bytes, &mut self.body) {
+                    Chunked::Complete => {}
+                    Chunked::Partial => {
+                        self.stage = Stage::Chunked { head_len, chunks };
+                        return Step::More;
+                    }
+                    Chunked::TooLarge => {
+                        return self.refused(Response::body_too_large(), buf, bufs)
+                    }
+                    Chunked::Invalid(what) => {
+                        return self.refused(Response::bad_request(what), buf, bufs)
+                    }
+                }
+                self.stage = Stage::Chunked { head_len, chunks };
+                parse_again(&mut req, buf, head_len);
+                head_len
             }
         };
         let head = match Head::read(&req) {
             Ok(head) => head,
             Err(what) => return self.refused(Response::bad_request(what), buf, bufs),
         };
-        let close = head.close || self.last;
-        let rest = &buf[head_len..];
-        let (body, body_len): (&[u8], usize) = if head.chunked {
-            match decode_chunked(rest, limits.max_body_bytes, &mut bufs.body) {
-                Chunked::Complete(n) => (&bufs.body, n),
-                Chunked::Partial => return self.await_body(&head, now, bufs),
-                Chunked::TooLarge => return self.refused(Response::body_too_large(), buf, bufs),
-                Chunked::Invalid(what) => {
-                    return self.refused(Response::bad_request(what), buf, bufs)
+        let (body, used): (&[u8], usize) = match self.stage {
+            Stage::Head { .. } if head.chunked => {
+                let mut chunks = Chunks::new(head_len);
+                match chunks.decode(buf, limits.max_body_bytes, &mut self.body) {
+                    Chunked::Complete => (&self.body, chunks.at),
+                    Chunked::Partial => {
+                        self.stage = Stage::Chunked { head_len, chunks };
+                        return self.await_body(&head, now, bufs);
+                    }
+                    Chunked::TooLarge => {
+                        return self.refused(Response::body_too_large(), buf, bufs)
+                    }
+                    Chunked::Invalid(what) => {
+                        return self.refused(Response::bad_request(what), buf, bufs)
+                    }
                 }
             }
-        } else {
-            let len = head.content_length.unwrap_or(0);
-            if len > limits.max_body_bytes as u64 {
-                // Refused before any of it is waited for.
-                return self.refused(Response::body_too_large(), buf, bufs);
+            Stage::Head { .. } => {
+                let len = head.content_length.unwrap_or(0);
+                if len > limits.max_body_bytes as u64 {
+                    // Refused before any of it is waited for.
+                    return self.refused(Response::body_too_large(), buf, bufs);
+                }
+                let len = len as usize;
+                if buf.len() < head_len + len {
+                    self.stage = Stage::Length { head_len, len };
+                    return self.await_body(&head, now, bufs);
+                }
+                (&buf[head_len..head_len + len], head_len + len)
             }
-            let len = len as usize;
-            if rest.len() < len {
-                return self.await_body(&head, now, bufs);
-            }
-            (&rest[..len], len)
+            Stage::Length { len, .. } => (&buf[head_len..head_len + len], head_len + len),
+            Stage::Chunked { chunks, .. } => (&self.body, chunks.at),
         };
+        let close = head.close || self.last;
         let answer = app.answer(&Request {
             method: req.method.unwrap_or_default(),
             target: origin_form(req.path.unwrap_or_default()),
@@ -267,30 +413,61 @@ impl Conn {
         if close {
             self.closing = true;
         }
-        Some(head_len + body_len)
+        Step::Done(used)
+    }
+
+    /// The head is not complete yet: remember how far it was scanned, or refuse it if it is
+    /// already over the limit (every byte of an incomplete head is head).
+    fn head_partial(&mut self, buf: &[u8], bufs: &mut Buffers) -> Step {
+        if buf.len() > MAX_HEAD_BYTES {
+            return self.refused(Response::head_too_large(), buf, bufs);
+        }
+        self.stage = Stage::Head { scanned: buf.len() };
+        Step::More
     }
 
     /// The head is in, the body is not: start its deadline, and send `100 Continue` if asked.
-    fn await_body(&mut self, head: &Head<'_>, now: Instant, bufs: &mut Buffers) -> Option<usize> {
+    fn await_body(&mut self, head: &Head<'_>, now: Instant, bufs: &mut Buffers) -> Step {
         self.head_at.get_or_insert(now);
         if head.expect_continue && head.version == 1 && !self.continued {
             bufs.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
             self.continued = true;
         }
-        None
+        Step::More
     }
 
     /// Answers with `r` and closes: the request cannot be served.
     fn refuse(&mut self, r: Response, bufs: &mut Buffers) {
         write_response(&mut bufs.out, 1, false, &r, Connection::Close);
         self.closing = true;
+        self.paused = false;
     }
 
     /// [`Conn::refuse`], taking all of `buf`.
-    fn refused(&mut self, r: Response, buf: &[u8], bufs: &mut Buffers) -> Option<usize> {
+    fn refused(&mut self, r: Response, buf: &[u8], bufs: &mut Buffers) -> Step {
         self.refuse(r, bufs);
-        Some(buf.len())
+        Step::Done(buf.len())
     }
+}
+
+// Bytes handed to a parser, counted in tests to show that the work per request is linear.
+#[cfg(test)]
+thread_local! {
+    static SCANNED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[inline(always)]
+fn count_scanned(_bytes: usize) {
+    #[cfg(test)]
+    SCANNED.with(|s| s.set(s.get() + _bytes));
+}
+
+/// Parses again the head that an earlier call found complete (`head_len` bytes), for the
+/// method, target and headers of its answer.
+fn parse_again<'b>(req: &mut httparse::Request<'_, 'b>, buf: &'b [u8], head_len: usize) {
+    count_scanned(head_len);
+    let parsed = req.parse(&buf[..head_len]);
+    debug_assert!(matches!(parsed, Ok(Status::Complete(n)) if n == head_len));
 }
 
 /// What a request head says about framing and the connection.
@@ -385,60 +562,125 @@ fn origin_form(target: &str) -> &str {
     }
 }
 
-/// How a chunked body stands.
+/// How a chunked body stands after a call to [`Chunks::decode`].
 #[derive(Debug, PartialEq, Eq)]
 enum Chunked {
-    /// Decoded into the buffer; the number of bytes the framing took.
-    Complete(usize),
+    /// Decoded into the body; [`Chunks::at`] is the end of the framing.
+    Complete,
     Partial,
     TooLarge,
     Invalid(&'static str),
 }
 
-/// Decodes a chunked body from the start of `buf` into `body` (RFC 9112 7.1: chunk extensions
-/// and trailer fields are read and ignored).
-fn decode_chunked(buf: &[u8], max: usize, body: &mut Vec<u8>) -> Chunked {
-    body.clear();
-    let mut at = 0;
-    loop {
-        let (n, size) = match httparse::parse_chunk_size(&buf[at..]) {
-            Ok(Status::Complete(c)) => c,
-            Ok(Status::Partial) => return Chunked::Partial,
-            Err(_) => return Chunked::Invalid("malformed chunk size"),
-        };
-        at += n;
-        if size == 0 {
-            // Trailer fields, then an empty line.
-            loop {
-                let rest = &buf[at..];
-                let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
-                    return if rest.len() > MAX_HEAD_BYTES {
-                        Chunked::Invalid("trailer section too large")
-                    } else {
-                        Chunked::Partial
+/// How far a chunked body has been decoded (RFC 9112 7.1: chunk extensions and trailer fields
+/// are read and ignored), so that each call goes on where the last stopped. Offsets are into
+/// the bytes of the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Chunks {
+    /// The first byte not decoded yet.
+    at: usize,
+    /// Bytes from `at` already looked at without finding the end of the current line.
+    scanned: usize,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A chunk-size line.
+    Size,
+    /// This many data bytes of the current chunk are still to come.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer lines, up to an empty one.
+    Trailer,
+}
+
+impl Chunks {
+    /// The framing starts at `at` (right after the head).
+    fn new(at: usize) -> Chunks {
+        Chunks {
+            at,
+            scanned: 0,
+            phase: Phase::Size,
+        }
+    }
+
+    /// Decodes what `buf` holds beyond `at` into `body` (at most `max` bytes in all).
+    fn decode(&mut self, buf: &[u8], max: usize, body: &mut Vec<u8>) -> Chunked {
+        loop {
+            let rest = &buf[self.at..];
+            // Whether a line end arrived since the last look (a line is parsed once it ended,
+            // or at its first bytes, so that garbage is refused at once).
+            let line_ended = self.scanned == 0
+                || rest
+                    .get(self.scanned - 1..)
+                    .is_some_and(|r| r.contains(&b'\n'));
+            match self.phase {
+                Phase::Size => {
+                    if !line_ended {
+                        self.scanned = rest.len();
+                        return Chunked::Partial;
+                    }
+                    count_scanned(
+                        rest.iter()
+                            .position(|&b| b == b'\n')
+                            .map_or(rest.len(), |i| i + 1),
+                    );
+                    let (n, size) = match httparse::parse_chunk_size(rest) {
+                        Ok(Status::Complete(c)) => c,
+                        Ok(Status::Partial) => {
+                            self.scanned = rest.len().max(1);
+                            return Chunked::Partial;
+                        }
+                        Err(_) => return Chunked::Invalid("malformed chunk size"),
                     };
-                };
-                at += eol + 2;
-                if eol == 0 {
-                    return Chunked::Complete(at);
+                    (self.at, self.scanned) = (self.at + n, 0);
+                    if size == 0 {
+                        self.phase = Phase::Trailer;
+                    } else if size > (max - body.len()) as u64 {
+                        // Refused as soon as the size is announced, before the data arrives.
+                        return Chunked::TooLarge;
+                    } else {
+                        self.phase = Phase::Data(size);
+                    }
+                }
+                Phase::Data(left) => {
+                    // `left` is at most the body limit, so it fits a usize.
+                    let take = rest.len().min(left as usize);
+                    body.extend_from_slice(&rest[..take]);
+                    self.at += take;
+                    if (take as u64) < left {
+                        self.phase = Phase::Data(left - take as u64);
+                        return Chunked::Partial;
+                    }
+                    self.phase = Phase::DataEnd;
+                }
+                Phase::DataEnd => match rest.get(..2) {
+                    Some(b"\r\n") => {
+                        self.at += 2;
+                        self.phase = Phase::Size;
+                    }
+                    None if rest.is_empty() || rest == b"\r" => return Chunked::Partial,
+                    _ => return Chunked::Invalid("chunk data longer than its size"),
+                },
+                Phase::Trailer => {
+                    // A `\r` at the end of the last look may meet its `\n` now.
+                    let from = self.scanned.saturating_sub(1);
+                    let Some(eol) = rest[from..].windows(2).position(|w| w == b"\r\n") else {
+                        if rest.len() > MAX_HEAD_BYTES {
+                            return Chunked::Invalid("trailer section too large");
+                        }
+                        self.scanned = rest.len().max(1);
+                        return Chunked::Partial;
+                    };
+                    let eol = from + eol;
+                    (self.at, self.scanned) = (self.at + eol + 2, 0);
+                    if eol == 0 {
+                        return Chunked::Complete;
+                    }
                 }
             }
-        }
-        if size > (max - body.len()) as u64 {
-            // Refused as soon as the size is announced, before the data arrives.
-            return Chunked::TooLarge;
-        }
-        let size = size as usize;
-        let Some(data) = buf.get(at..at + size) else {
-            return Chunked::Partial;
-        };
-        body.extend_from_slice(data);
-        at += size;
-        match buf.get(at..at + 2) {
-            Some(b"\r\n") => at += 2,
-            Some(_) => return Chunked::Invalid("chunk data longer than its size"),
-            None if buf.get(at) == Some(&b'\r') || at == buf.len() => return Chunked::Partial,
-            None => return Chunked::Invalid("chunk data longer than its size"),
         }
     }
 }

@@ -148,3 +148,31 @@ impl Source for Stream {
         }
     }
 }
+
+/// The soft and hard limits on open files (`RLIMIT_NOFILE`).
+pub fn open_files_limit() -> io::Result<(u64, u64)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit, which `r` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // rlim_t is u64 on 64-bit Linux, narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    Ok((r.rlim_cur as u64, r.rlim_max as u64))
+}
+
+/// Sets the limits on open files (a soft limit up to the hard one needs no privilege).
+pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let r = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: setrlimit only reads `r`.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,17 +1,36 @@
 //! The event loop: one thread, one mio poller, every connection of the process.
 //!
 //! Per request the loop makes three system calls: `epoll_wait`, one `read` (a short read means
-//! the socket is drained: any later byte raises a new edge), one `write` of all the answers that
+//! the socket is drained: any later byte raises a new edge), one `write` of the answers that
 //! read completed. Buffers are the loop's, lent to each connection in turn ([`Buffers`] and the
 //! read buffer), so an idle connection holds none and the request path allocates nothing.
 //!
-//! Connections are bounded in number (`max_connections`: beyond it a fixed 503 is written and
-//! the connection closed) and in time: the protocol's deadlines ([`http1::Conn::tick`]), and a
-//! write that makes no progress for `body_timeout` (a client that never reads its answers) ends
-//! the connection. While answers wait to be written nothing more is read from that connection,
-//! so a client cannot make the server buffer without bound. Deadlines are checked on a tick of
-//! an eighth of the shortest timeout (10-250 ms), not per connection, so they are coarse by that
-//! much and cost nothing per request.
+//! **Turns.** An event puts its connection in the turn queue; each turn of the loop serves every
+//! queued connection once: one read of at most [`READ_BYTES`] and at most
+//! `max_requests_per_turn` answers (see [`http1::Next::Pause`]). A connection with more to do
+//! (unread input, pipelined requests left) goes to the back of the queue, and the loop polls
+//! without sleeping until the queue is empty. So a client that pipelines thousands of requests
+//! gets one slice per turn like everyone else, and deadlines and new connections are served
+//! between its slices. Accepting takes at most [`ACCEPTS_PER_TURN`] connections per turn too.
+//!
+//! **Bounds** (each a flag, docs/HOSTILE.md):
+//! - answers wait to be written up to `max_unsent_bytes` per connection: beyond that its
+//!   pipelined requests are not read until the client takes its answers, and they must all be
+//!   taken within `send_timeout` of when they started to wait, whatever trickles out meanwhile;
+//! - the bytes all connections hold (unfinished requests, input not read yet, decoded bodies,
+//!   unsent answers) stay within `memory_budget`: past it, a new connection gets 503 and so does
+//!   the connection that made the total grow past it (closed at once if it has answers unsent);
+//! - `max_connections` at once: at the cap a new connection takes the place of the one that has
+//!   delivered nothing for longest (no answer taken by its client for [`EVICT_AFTER`]); when
+//!   every connection delivered recently, the new one gets a fixed 503;
+//! - the protocol's deadlines ([`http1::Conn::tick`]) for heads and bodies.
+//!
+//! Deadlines are checked on a tick of an eighth of the shortest timeout (10-250 ms), not per
+//! connection, so they are coarse by that much and cost nothing per request.
+//!
+//! An `accept` that fails (out of descriptors, typically) is retried after a back-off that
+//! doubles from [`ACCEPT_BACKOFF`].0 to .1, not at the next arrival: the listener is
+//! edge-triggered and connections already queued would otherwise wait for a new one.
 //!
 //! A connection that ends after an answer is closed gently: the write side is shut down, then
 //! whatever the client still sends is read and dropped until it closes or [`LINGER`] passes, so
@@ -23,9 +42,11 @@ use super::config::Limits;
 use super::http1::{self, App, Buffers, Next};
 use super::listener::{Listener, Stream};
 use anyhow::{Context, Result};
+use function::Response;
 use mio::event::Event;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,12 +59,30 @@ const WAKER: Token = Token(usize::MAX - 3);
 /// How long a closing connection keeps reading (and dropping) what the client still sends.
 pub const LINGER: Duration = Duration::from_millis(100);
 
-/// Connections answered 503 by the cap and still lingering; beyond this, shed ones are closed
-/// at once (a flood must not grow this set).
-const MAX_SHEDDING: usize = 1024;
+/// Connections answered 503 and still lingering; beyond this, shed ones are closed at once (a
+/// flood must not grow this set).
+pub const MAX_SHEDDING: usize = 1024;
 
-/// One read takes at most this much; a request and its pipelined followers usually fit.
-const READ_BYTES: usize = 64 * 1024;
+/// One read takes at most this much: a contest request (~500 bytes) and its pipelined
+/// followers, or a quarter of the largest body; it is also what a paused connection may keep.
+pub const READ_BYTES: usize = 16 * 1024;
+
+/// New connections taken per turn of the loop (the rest wait in the kernel's queue).
+pub const ACCEPTS_PER_TURN: usize = 64;
+
+/// First and longest wait before `accept` is tried again after it failed.
+pub const ACCEPT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(1));
+
+/// At the connection cap, a connection that has delivered no answer for this long may lose its
+/// place to a new one.
+pub const EVICT_AFTER: Duration = Duration::from_secs(1);
+
+/// Descriptors the process needs with these limits: every connection, the lingering sheds, and
+/// a margin for the listener, the poller, signals, the log and the index.
+pub fn descriptors_needed(limits: &Limits) -> usize {
+    limits.max_connections + MAX_SHEDDING + 64
+}
 
 /// Work the loop runs between events while it asks for it (the warm-up's queries).
 pub trait Background {
@@ -67,8 +106,10 @@ struct Connection {
     http: http1::Conn,
     /// Answers the client has not taken yet; nothing more is read until they are written.
     backlog: Vec<u8>,
-    /// Since when a write has made no progress.
-    stalled_since: Option<Instant>,
+    /// Since when answers have waited in `backlog` (progress does not reset it).
+    backlog_since: Option<Instant>,
+    /// When the connection last delivered: accepted, or every answer taken by the kernel.
+    delivered_at: Instant,
     /// Closing: write side shut, reading and dropping until this instant.
     linger_until: Option<Instant>,
     /// The answers end the connection once written.
@@ -78,10 +119,27 @@ struct Connection {
     /// epoll reported the client's FIN (or an error): read on to the EOF, since no later edge
     /// will say so again.
     fin_seen: bool,
+    /// The socket may hold input not read yet (its readable edge was not drained).
+    readable: bool,
+    /// The protocol stopped at its budget with input left (`Next::Pause`).
+    paused: bool,
+    /// In the turn queue.
+    queued: bool,
     /// Counted against `max_connections` (not the 503s of the cap).
     counted: bool,
     /// WRITABLE interest is registered (only while a backlog waits).
     writable: bool,
+    /// Bytes this connection holds, as counted in `Server::held`.
+    held: usize,
+}
+
+impl Connection {
+    /// Whether it has work for another turn (and nothing makes it wait for the client).
+    fn wants_turn(&self) -> bool {
+        self.backlog.is_empty()
+            && (self.paused || self.readable)
+            && (self.linger_until.is_some() || !self.close_after_flush)
+    }
 }
 
 /// The server: a listener, its connections, and what answers them.
@@ -89,6 +147,8 @@ pub struct Server<A: App> {
     poll: Poll,
     listener: Option<Listener>,
     conns: Slab<Connection>,
+    /// Connections with work for the next turn, in order.
+    turns: VecDeque<usize>,
     app: A,
     ready: ReadyFlag,
     limits: Limits,
@@ -98,9 +158,16 @@ pub struct Server<A: App> {
     counted: usize,
     /// Shed connections still lingering.
     shedding: usize,
-    /// Connections shed since the last log line about it (logged at most once a second).
-    shed_unlogged: u64,
-    shed_logged_at: Option<Instant>,
+    /// Bytes held by all connections (see `Limits::memory_budget`).
+    held: usize,
+    /// The listener may have connections waiting (the last turn stopped at its budget).
+    accept_more: bool,
+    /// After a failed accept: when to try again, and the next back-off.
+    accept_retry_at: Option<Instant>,
+    accept_backoff: Duration,
+    /// Rate-limited warnings: connections shed, accept failures.
+    shed_log: RateLog,
+    accept_log: RateLog,
     signals: Option<mio::net::UnixStream>,
     /// Kept here as long as the loop runs: a waker dropped by the thread that used it would
     /// close its eventfd and take a wake-up not yet polled with it.
@@ -110,17 +177,61 @@ pub struct Server<A: App> {
     tick: Duration,
 }
 
+/// Counts occurrences and says when to log them: at most once a second.
+#[derive(Default)]
+struct RateLog {
+    unlogged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl RateLog {
+    /// Counts one; returns the count to log now, if a line is due.
+    fn count(&mut self, now: Instant) -> Option<u64> {
+        self.unlogged += 1;
+        if self
+            .logged_at
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return None;
+        }
+        self.logged_at = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+/// Why a connection is turned away with a 503.
+#[derive(Clone, Copy, Debug)]
+enum Shed {
+    /// The connection cap, and no connection to evict.
+    Cap,
+    /// The memory budget.
+    Memory,
+}
+
+impl Shed {
+    fn response(self) -> Response {
+        match self {
+            Shed::Cap => Response::too_many_connections(),
+            Shed::Memory => Response::server_busy(),
+        }
+    }
+}
+
 impl<A: App> Server<A> {
     pub fn new(mut listener: Listener, app: A, ready: ReadyFlag, limits: Limits) -> Result<Self> {
         let poll = Poll::new().context("cannot create the poller")?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .context("cannot register the listener")?;
-        let shortest = limits.header_timeout.min(limits.body_timeout);
+        let shortest = limits
+            .header_timeout
+            .min(limits.body_timeout)
+            .min(limits.send_timeout);
         Ok(Server {
             poll,
             listener: Some(listener),
             conns: Slab::new(),
+            turns: VecDeque::new(),
             app,
             ready,
             limits,
@@ -128,8 +239,12 @@ impl<A: App> Server<A> {
             bufs: Buffers::default(),
             counted: 0,
             shedding: 0,
-            shed_unlogged: 0,
-            shed_logged_at: None,
+            held: 0,
+            accept_more: false,
+            accept_retry_at: None,
+            accept_backoff: ACCEPT_BACKOFF.0,
+            shed_log: RateLog::default(),
+            accept_log: RateLog::default(),
             signals: None,
             waker: None,
             drain_until: None,
@@ -186,10 +301,15 @@ impl<A: App> Server<A> {
                     return Ok(());
                 }
             }
-            let timeout = if background.wants_cpu() || now < spin_until {
+            let busy = background.wants_cpu()
+                || now < spin_until
+                || !self.turns.is_empty()
+                || (self.accept_more && self.accept_retry_at.is_none());
+            let timeout = if busy {
                 Duration::ZERO
             } else {
-                next_tick.saturating_duration_since(now)
+                let wake = self.accept_retry_at.map_or(next_tick, |t| t.min(next_tick));
+                wake.saturating_duration_since(now)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -203,11 +323,15 @@ impl<A: App> Server<A> {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(now),
+                    LISTENER => self.accept_more = true,
                     SIGNAL => self.start_drain(now),
                     WAKER => background.step(),
-                    Token(key) => self.on_event(key, ev, now),
+                    Token(key) => self.on_event(key, ev),
                 }
+            }
+            self.turn(now);
+            if self.accept_more && self.accept_retry_at.is_none_or(|t| now >= t) {
+                self.accept(now);
             }
             if background.wants_cpu() {
                 background.step();
@@ -219,28 +343,212 @@ impl<A: App> Server<A> {
         }
     }
 
+    /// Notes what the event says and queues the connection for this turn.
+    fn on_event(&mut self, key: usize, ev: &Event) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+        c.fin_seen |= ev.is_read_closed() || ev.is_error();
+        // A writable edge needs no flag: a connection with a backlog tries to write each turn.
+        queue(&mut self.turns, key, c);
+    }
+
+    /// Serves every connection queued before this turn once.
+    fn turn(&mut self, now: Instant) {
+        for _ in 0..self.turns.len() {
+            let Some(key) = self.turns.pop_front() else {
+                break;
+            };
+            let Some(c) = self.conns.get_mut(key) else {
+                continue;
+            };
+            if !std::mem::replace(&mut c.queued, false) {
+                continue; // a stale entry of a key that was reused
+            }
+            self.serve(key, now);
+            if let Some(c) = self.conns.get_mut(key) {
+                if c.wants_turn() {
+                    queue(&mut self.turns, key, c);
+                }
+            }
+        }
+    }
+
+    /// One slice of work for a connection: write what waits, then go on with its requests, or
+    /// read once.
+    fn serve(&mut self, key: usize, now: Instant) {
+        if self.conns[key].linger_until.is_some() {
+            return self.drop_input(key);
+        }
+        if !self.conns[key].backlog.is_empty()
+            && (!self.flush(key, now) || !self.conns[key].backlog.is_empty())
+        {
+            return; // gone, or the client still has not taken its answers
+        }
+        let c = &mut self.conns[key];
+        if c.close_after_flush {
+            return;
+        }
+        let mut next = if c.paused {
+            c.http
+                .resume(now, &self.limits, &mut self.app, &mut self.bufs)
+        } else if c.readable {
+            let n = match c.stream.read(&mut self.read_buf) {
+                Ok(0) => return self.peer_closed(key),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
+                Err(e) => {
+                    debug!(error = %e, "read failed");
+                    return self.remove(key);
+                }
+            };
+            // Drained: with edge-triggered readiness, any byte that arrives after this read
+            // raises a new event, so another read would only say WouldBlock. After a FIN no
+            // edge comes again: read on to the EOF.
+            c.readable = n == self.read_buf.len() || c.fin_seen;
+            c.http.receive(
+                &self.read_buf[..n],
+                now,
+                &self.limits,
+                &mut self.app,
+                &mut self.bufs,
+            )
+        } else {
+            return;
+        };
+        let c = &mut self.conns[key];
+        c.paused = next == Next::Pause;
+        if c.peer_closed && next == Next::Read {
+            // Every request the client sent before closing its side is answered.
+            next = Next::Close;
+        }
+        if self.send(key, next, now) {
+            self.account(key, now);
+        }
+    }
+
+    /// A closing connection: read and drop what the client still sends (one read per turn).
+    fn drop_input(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        match c.stream.read(&mut self.read_buf) {
+            Ok(0) => self.remove(key),
+            Ok(n) => c.readable = n == self.read_buf.len() || c.fin_seen,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => self.remove(key),
+        }
+    }
+
+    /// Updates what the connection holds in the memory budget; past the budget, sheds it.
+    fn account(&mut self, key: usize, now: Instant) {
+        let c = &mut self.conns[key];
+        let held = c.http.held_bytes() + c.backlog.capacity();
+        let grew = held > c.held;
+        self.held = self.held + held - c.held;
+        c.held = held;
+        if grew && self.held > self.limits.memory_budget {
+            self.shed_log_line(now, Shed::Memory);
+            self.turn_away(key, now, Shed::Memory);
+        }
+    }
+
     fn accept(&mut self, now: Instant) {
-        loop {
+        for _ in 0..ACCEPTS_PER_TURN {
             let Some(listener) = &self.listener else {
+                self.accept_more = false;
                 return;
             };
             let stream = match listener.accept() {
                 Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    (self.accept_more, self.accept_retry_at) = (false, None);
+                    self.accept_backoff = ACCEPT_BACKOFF.0;
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // Out of descriptors, typically: the next connection retries.
-                    warn!(error = %e, "accept failed");
+                    // Out of descriptors, typically: the queued connections stay in the kernel
+                    // until a retry after the back-off (the edge-triggered listener would not
+                    // say again that they are there).
+                    if let Some(failures) = self.accept_log.count(now) {
+                        warn!(error = %e, failures, retry_ms = self.accept_backoff.as_millis() as u64, "accept failed");
+                    }
+                    self.accept_retry_at = Some(now + self.accept_backoff);
+                    self.accept_backoff = (self.accept_backoff * 2).min(ACCEPT_BACKOFF.1);
                     return;
                 }
             };
-            if self.counted >= self.limits.max_connections {
-                self.shed(stream, now);
-                continue;
-            }
-            if self.add(stream, now, true).is_some() {
+            (self.accept_retry_at, self.accept_backoff) = (None, ACCEPT_BACKOFF.0);
+            if self.counted >= self.limits.max_connections && !self.evict(now) {
+                self.shed(stream, now, Shed::Cap);
+            } else if self.held > self.limits.memory_budget {
+                self.shed(stream, now, Shed::Memory);
+            } else if self.add(stream, now, true).is_some() {
                 self.counted += 1;
             }
+        }
+        // The budget of this turn is spent; the rest waits for the next turn.
+        self.accept_more = true;
+    }
+
+    /// At the cap: turns away the counted connection that has delivered nothing for longest, if
+    /// that is over [`EVICT_AFTER`]. Returns whether a place was freed.
+    fn evict(&mut self, now: Instant) -> bool {
+        let victim = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.counted && c.linger_until.is_none())
+            .filter(|(_, c)| now.duration_since(c.delivered_at) >= EVICT_AFTER)
+            .min_by_key(|(_, c)| c.delivered_at)
+            .map(|(k, _)| k);
+        let Some(key) = victim else {
+            return false;
+        };
+        debug!("connection cap: evicting the connection that delivered nothing for longest");
+        self.turn_away(key, now, Shed::Cap);
+        true
+    }
+
+    /// Ends a counted connection to free what it holds: a 503 (`why`) and a gentle close when it
+    /// has nothing else to say, else at once. An idle keep-alive connection is just closed.
+    fn turn_away(&mut self, key: usize, now: Instant, why: Shed) {
+        let c = &mut self.conns[key];
+        let idle = c.http.is_idle() && c.backlog.is_empty();
+        if !c.backlog.is_empty()
+            || c.close_after_flush
+            || (idle && matches!(why, Shed::Cap))
+            || self.shedding >= MAX_SHEDDING
+        {
+            return self.remove(key);
+        }
+        // From here on it is one of the sheds: no longer counted against the cap.
+        if std::mem::replace(&mut c.counted, false) {
+            self.counted -= 1;
+            self.shedding += 1;
+        }
+        c.http = http1::Conn::new(now);
+        c.paused = false;
+        http1::write_final(&mut self.bufs.out, &why.response());
+        if self.send(key, Next::Close, now) {
+            self.account(key, now);
+        }
+    }
+
+    fn shed_log_line(&mut self, now: Instant, why: Shed) {
+        if let Some(shed) = self.shed_log.count(now) {
+            warn!(
+                shed,
+                ?why,
+                max_connections = self.limits.max_connections,
+                held_kib = self.held >> 10,
+                budget_kib = self.limits.memory_budget >> 10,
+                "turning connections away with 503"
+            );
         }
     }
 
@@ -260,34 +568,27 @@ impl<A: App> Server<A> {
             stream,
             http: http1::Conn::new(now),
             backlog: Vec::new(),
-            stalled_since: None,
+            backlog_since: None,
+            delivered_at: now,
             linger_until: None,
             close_after_flush: false,
             peer_closed: false,
             fin_seen: false,
+            readable: false,
+            paused: false,
+            queued: false,
             counted,
             writable: false,
+            held: 0,
         });
         Some(key)
     }
 
-    /// Over the cap: a fixed 503 and close, without reading the request.
-    fn shed(&mut self, mut stream: Stream, now: Instant) {
-        self.shed_unlogged += 1;
-        if self
-            .shed_logged_at
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-        {
-            warn!(
-                shed = self.shed_unlogged,
-                max_connections = self.limits.max_connections,
-                "connection cap reached: answering 503"
-            );
-            self.shed_unlogged = 0;
-            self.shed_logged_at = Some(now);
-        }
+    /// A fixed 503 and close, without reading the request.
+    fn shed(&mut self, mut stream: Stream, now: Instant, why: Shed) {
+        self.shed_log_line(now, why);
         let mut out = Vec::new();
-        http1::write_final(&mut out, &function::Response::too_many_connections());
+        http1::write_final(&mut out, &why.response());
         // A fresh socket's send buffer takes ~150 bytes at once.
         let _ = stream.write(&out);
         stream.shutdown_write();
@@ -300,80 +601,20 @@ impl<A: App> Server<A> {
         }
     }
 
-    fn on_event(&mut self, key: usize, ev: &Event, now: Instant) {
-        let Some(c) = self.conns.get_mut(key) else {
-            return;
-        };
-        let mut read = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-        c.fin_seen |= ev.is_read_closed() || ev.is_error();
-        if ev.is_writable() && !c.backlog.is_empty() {
-            if !self.flush(key, now) {
-                return;
-            }
-            // Input that arrived while answers waited was not read (its edge is spent).
-            read |= self.conns.get(key).is_some_and(|c| c.backlog.is_empty());
-        }
-        if read {
-            self.read(key, now);
-        }
-    }
-
-    /// Reads what the client sent and answers it; stops while answers wait to be written.
-    fn read(&mut self, key: usize, now: Instant) {
-        loop {
-            let Some(c) = self.conns.get_mut(key) else {
-                return;
-            };
-            // While answers wait, or the last one is not out yet, nothing more is read; once the
-            // connection lingers, everything is read and dropped.
-            if c.linger_until.is_none() && (!c.backlog.is_empty() || c.close_after_flush) {
-                return;
-            }
-            let n = match c.stream.read(&mut self.read_buf) {
-                Ok(0) => return self.peer_closed(key),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    debug!(error = %e, "read failed");
-                    return self.remove(key);
-                }
-            };
-            if c.linger_until.is_some() {
-                continue; // closing: drop what the client still sends
-            }
-            let fin_seen = c.fin_seen;
-            let next = c.http.receive(
-                &self.read_buf[..n],
-                now,
-                &self.limits,
-                &mut self.app,
-                &mut self.bufs,
-            );
-            if !self.send(key, next, now) || next == Next::Close {
-                return;
-            }
-            if n < self.read_buf.len() && !fin_seen {
-                // Drained: with edge-triggered readiness, any byte that arrives after this
-                // read raises a new event, so a second read would only say WouldBlock.
-                return;
-            }
-        }
-    }
-
     /// Writes the answers in `self.bufs.out`; then, on [`Next::Close`], closes once they are out.
     /// Returns false if the connection is gone.
     fn send(&mut self, key: usize, next: Next, now: Instant) -> bool {
         let c = &mut self.conns[key];
         let mut gone = false;
-        if !self.bufs.out.is_empty() {
+        let wrote = !self.bufs.out.is_empty();
+        if wrote {
             let out = &self.bufs.out;
             if c.backlog.is_empty() {
                 match write_some(&mut c.stream, out) {
-                    Ok(n) if n == out.len() => {}
+                    Ok(n) if n == out.len() => c.delivered_at = now,
                     Ok(n) => {
                         c.backlog.extend_from_slice(&out[n..]);
-                        c.stalled_since = Some(now);
+                        c.backlog_since = Some(now);
                     }
                     Err(e) => {
                         debug!(error = %e, "write failed");
@@ -384,7 +625,6 @@ impl<A: App> Server<A> {
                 c.backlog.extend_from_slice(out);
             }
         }
-        let wrote = !self.bufs.out.is_empty();
         self.bufs.out.clear();
         if gone {
             self.remove(key);
@@ -413,6 +653,9 @@ impl<A: App> Server<A> {
             }
             c.stream.shutdown_write();
             c.linger_until = Some(now + LINGER);
+            // Reading on drops what the client still sends.
+            c.readable = true;
+            queue(&mut self.turns, key, c);
         }
         let want = !c.backlog.is_empty();
         if want != c.writable {
@@ -435,18 +678,17 @@ impl<A: App> Server<A> {
         true
     }
 
-    /// The socket has room again: write the backlog; if it is all out, read what waited.
-    /// Returns false if the connection is gone.
+    /// Writes what the backlog holds. Returns false if the connection is gone.
     fn flush(&mut self, key: usize, now: Instant) -> bool {
         let c = &mut self.conns[key];
         match write_some(&mut c.stream, &c.backlog) {
             Ok(n) if n > 0 => {
                 c.backlog.drain(..n);
-                c.stalled_since = Some(now);
                 if c.backlog.is_empty() {
                     // Released: a slow reader should not keep a large buffer.
                     c.backlog = Vec::new();
-                    c.stalled_since = None;
+                    c.backlog_since = None;
+                    c.delivered_at = now;
                 }
             }
             Ok(_) => {}
@@ -456,24 +698,29 @@ impl<A: App> Server<A> {
                 return false;
             }
         }
-        self.after_write(key, now)
+        self.account(key, now);
+        self.conns.contains(key) && self.after_write(key, now)
     }
 
-    /// The client closed its side: every complete request it sent was answered as it arrived;
-    /// finish writing those answers, then close.
+    /// The client closed its side: every complete request it sent was answered as it arrived
+    /// (or will be, if paused); finish writing those answers, then close.
     fn peer_closed(&mut self, key: usize) {
         let c = &mut self.conns[key];
-        if c.linger_until.is_some() || c.backlog.is_empty() {
+        c.readable = false;
+        if c.linger_until.is_some() || (c.backlog.is_empty() && !c.paused) {
             return self.remove(key);
         }
         c.peer_closed = true;
-        c.close_after_flush = true;
+        if !c.paused {
+            c.close_after_flush = true;
+        }
     }
 
     fn remove(&mut self, key: usize) {
         if self.conns.contains(key) {
             let mut c = self.conns.remove(key);
             let _ = self.poll.registry().deregister(&mut c.stream);
+            self.held -= c.held;
             if c.counted {
                 self.counted -= 1;
             } else {
@@ -482,7 +729,8 @@ impl<A: App> Server<A> {
         }
     }
 
-    /// Deadlines: lingering closes, stalled writes, the protocol's head and body timeouts.
+    /// Deadlines: lingering closes, answers not taken in time, the protocol's head and body
+    /// timeouts.
     fn on_tick(&mut self, now: Instant) {
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
@@ -491,10 +739,10 @@ impl<A: App> Server<A> {
                 self.remove(key);
                 continue;
             }
-            if c.stalled_since
-                .is_some_and(|t| now.duration_since(t) >= self.limits.body_timeout)
+            if c.backlog_since
+                .is_some_and(|t| now.duration_since(t) >= self.limits.send_timeout)
             {
-                debug!("client does not read its answers; closing");
+                debug!("client does not take its answers; closing");
                 self.remove(key);
                 continue;
             }
@@ -502,7 +750,9 @@ impl<A: App> Server<A> {
                 continue;
             }
             let next = c.http.tick(now, &self.limits, &mut self.bufs);
-            self.send(key, next, now);
+            if self.send(key, next, now) {
+                self.account(key, now);
+            }
         }
     }
 
@@ -526,9 +776,18 @@ impl<A: App> Server<A> {
             if c.linger_until.is_some() || c.close_after_flush {
                 continue;
             }
+            // A paused connection keeps its turns; its last answer will say close.
             let next = c.http.finish();
             self.send(key, next, now);
         }
+    }
+}
+
+/// Puts a connection in the turn queue unless it is there already.
+fn queue(turns: &mut VecDeque<usize>, key: usize, c: &mut Connection) {
+    if !c.queued {
+        c.queued = true;
+        turns.push_back(key);
     }
 }
 

@@ -37,17 +37,48 @@ impl Drop for Server {
 
 /// Starts `local-runner serve --listen <listen> <extra...>` (16 warm-up queries).
 pub fn start(listen: &str, extra: &[&str]) -> Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_local-runner"))
-        .args(["serve", "--listen", listen, "--warmup-queries", "16"])
+    spawn(command(listen, extra), listen)
+}
+
+fn command(listen: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_local-runner"));
+    c.args(["serve", "--listen", listen, "--warmup-queries", "16"])
         .args(extra)
         .env("FRAUD_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn local-runner serve");
+        .stderr(Stdio::inherit());
+    c
+}
+
+fn spawn(mut c: Command, listen: &str) -> Server {
+    let child = c.spawn().expect("spawn local-runner serve");
     let path = listen.strip_prefix("unix:").map(PathBuf::from);
     Server { child, path }
+}
+
+/// [`start_ready`] for a server whose soft and hard limits on open files are both `nofile`.
+pub fn start_ready_with_open_files(name: &str, extra: &[&str], nofile: u64) -> Server {
+    use std::os::unix::process::CommandExt;
+    let path = socket_path(name);
+    let listen = format!("unix:{}", path.display());
+    let mut c = command(&listen, extra);
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: nofile as libc::rlim_t,
+                rlim_max: nofile as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let server = spawn(c, &listen);
+    wait_ready(&connect_unix(&path));
+    server
 }
 
 /// A fresh socket path for this test process.

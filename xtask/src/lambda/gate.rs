@@ -217,8 +217,9 @@ fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
     });
     let problem = report.problems.first().map_or(String::new(), |p| format!("; PROBLEM: {p}"));
     let (lines, failed, bad) = (report.failure_lines, report.failed_requests, report.bad_requests);
-    let (other, ok) = (report.unexpected_lines, statuses.len() - failed);
-    let result = format!("{init}; {lines} failure lines for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
+    let (other, ok, counted) =
+        (report.unexpected_lines, statuses.len() - failed, report.failures_not_logged);
+    let result = format!("{init}; {lines} failure lines (counting {counted} more) for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
     j.step("logs", report.problems.is_empty(), result);
     j.logs = Some(report);
     let counts =
@@ -233,7 +234,7 @@ mod tests {
     use crate::lambda::logs::Log;
 
     const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":true,"init_us":12200}}"#;
-    const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount"}}"#;
+    const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount","not_logged":0}}"#;
 
     /// A run of one bad event and two replayed payloads, the second wrong when `mismatch`.
     fn gathered(mismatch: bool) -> Gathered {

@@ -90,6 +90,21 @@ pub fn defaults() -> Result<Settings> {
 mod tests {
     use super::*;
 
+    /// Deployed with its defaults, the function is never public and uncapped at once: a flood of
+    /// an unauthenticated URL could otherwise take every unreserved execution environment of the
+    /// account (docs/LAMBDA.md, "What a flood costs").
+    #[test]
+    fn the_defaults_are_not_both_unauthenticated_and_uncapped() {
+        let t = template().unwrap();
+        let default =
+            |name: &str| yaml_serde::to_string(&t["Parameters"][name]["Default"]).unwrap();
+        let (auth, reserved) = (default("FunctionUrlAuthType"), default("ReservedConcurrency"));
+        let public = auth.trim() == "NONE";
+        let uncapped = reserved.trim() == "-1";
+        assert!(!(public && uncapped), "defaults: auth {auth}, reserved concurrency {reserved}");
+        assert_eq!(auth.trim(), "AWS_IAM");
+    }
+
     /// The value at a dotted path (a number indexes a sequence), as YAML text.
     fn at(t: &Value, path: &str) -> String {
         let v = path.split('.').fold(t, |v, k| k.parse::<usize>().map_or(&v[k], |i| &v[i]));
@@ -148,6 +163,7 @@ mod tests {
             (format!("{stage}.ThrottlingBurstLimit"), "HttpApiThrottlingBurstLimit"),
             (format!("{stage}.ThrottlingRateLimit"), "HttpApiThrottlingRateLimit"),
             ("Resources.FraudScoreUrl.Properties.AuthType".into(), "FunctionUrlAuthType"),
+            ("Parameters.FunctionUrlAuthType.AllowedValues".into(), "- NONE\n"),
             ("Parameters.EnableHttpApi.Default".into(), "false"),
             ("Parameters.EnableAlarms.Default".into(), "false"),
         ];

@@ -24,6 +24,7 @@ fn echo(req: &Request<'_>) -> Response {
         status: 200,
         content_type: function::handler::JSON,
         allow: None,
+        field: None,
         body: Cow::Owned(format!(
             "{} {} [{ct}] {}",
             req.method,
@@ -33,18 +34,27 @@ fn echo(req: &Request<'_>) -> Response {
     }
 }
 
-/// A connection fed `pieces` one after the other at time `t0`; returns everything it wrote and
-/// its last answer to `receive`.
+/// A connection fed `pieces` one after the other at time `t0`, resumed whenever it pauses (as the
+/// event loop does); returns everything it wrote and its last answer to `receive`.
 fn feed(pieces: &[&[u8]]) -> (String, Next, Conn) {
+    feed_with(&limits(), pieces)
+}
+
+fn feed_with(limits: &Limits, pieces: &[&[u8]]) -> (String, Next, Conn) {
     let t0 = Instant::now();
     let mut c = Conn::new(t0);
     let mut bufs = Buffers::default();
     let mut out = Vec::new();
     let mut next = Next::Read;
     for p in pieces {
-        next = c.receive(p, t0, &limits(), &mut echo, &mut bufs);
+        next = c.receive(p, t0, limits, &mut echo, &mut bufs);
         out.extend_from_slice(&bufs.out);
         bufs.out.clear();
+        while next == Next::Pause {
+            next = c.resume(t0, limits, &mut echo, &mut bufs);
+            out.extend_from_slice(&bufs.out);
+            bufs.out.clear();
+        }
     }
     (String::from_utf8(out).unwrap(), next, c)
 }
@@ -408,6 +418,100 @@ fn chunk_framing_cannot_grow_the_buffer_without_bound() {
     assert!(out.starts_with("HTTP/1.1 413 "), "{out}");
     assert_eq!(next, Next::Close);
     assert!(c.pending.len() <= MAX_HEAD_BYTES + 2 * limits().max_body_bytes + chunk.len());
+}
+
+#[test]
+fn pipelined_requests_are_answered_a_budget_at_a_time() {
+    let l = Limits {
+        max_requests_per_turn: 16,
+        ..limits()
+    };
+    let input = "GET /g HTTP/1.1\r\n\r\n".repeat(40);
+    let t0 = Instant::now();
+    let mut c = Conn::new(t0);
+    let mut bufs = Buffers::default();
+    let mut calls = vec![c.receive(input.as_bytes(), t0, &l, &mut echo, &mut bufs)];
+    let mut answers = vec![bufs.out.len()];
+    while *calls.last().unwrap() == Next::Pause {
+        // While paused nothing is due from the client: no deadline applies.
+        assert_eq!(
+            c.tick(t0 + Duration::from_secs(60), &l, &mut bufs),
+            Next::Pause
+        );
+        bufs.out.clear();
+        calls.push(c.resume(t0, &l, &mut echo, &mut bufs));
+        answers.push(bufs.out.len());
+    }
+    assert_eq!(calls, [Next::Pause, Next::Pause, Next::Read]);
+    let one = answer("GET /g [] ", "").len();
+    assert_eq!(answers, [16 * one, 16 * one, 8 * one]);
+    assert!(c.is_idle() && c.held_bytes() == 0);
+
+    // The unsent-answers cap stops a call too, at the first answer that reaches it.
+    let l = Limits {
+        max_unsent_bytes: 3 * one,
+        ..limits()
+    };
+    let (out, next, _) = feed_with(&l, &[input.as_bytes()]);
+    assert_eq!((out.len(), next), (40 * one, Next::Read));
+    let mut c = Conn::new(t0);
+    bufs.out.clear();
+    assert_eq!(
+        c.receive(input.as_bytes(), t0, &l, &mut echo, &mut bufs),
+        Next::Pause
+    );
+    assert_eq!(bufs.out.len(), 3 * one);
+    assert!(c.held_bytes() >= input.len() - 3 * "GET /g HTTP/1.1\r\n\r\n".len());
+}
+
+/// Bytes the parsers look at while `pieces` are fed.
+fn scanned_feeding(pieces: &[&[u8]]) -> (usize, String) {
+    SCANNED.with(|s| s.set(0));
+    let (out, _, _) = feed(pieces);
+    (SCANNED.with(|s| s.get()), out)
+}
+
+#[test]
+fn a_request_in_pieces_is_read_in_linear_time() {
+    // A 15 KB head, one byte at a time (slowloris): parsed when a line ends, not per byte.
+    let head = format!("GET /x HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(15_000));
+    let bytes: Vec<&[u8]> = head.as_bytes().chunks(1).collect();
+    let (scanned, out) = scanned_feeding(&bytes);
+    assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+    assert!(
+        scanned <= 4 * head.len(),
+        "{scanned} bytes parsed for a {}-byte head",
+        head.len()
+    );
+
+    // A chunked body of 1-byte chunks with long extensions, one byte at a time.
+    let chunk = format!("1;{}\r\na\r\n", "x".repeat(50));
+    let raw = format!(
+        "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n",
+        chunk.repeat(200)
+    );
+    let bytes: Vec<&[u8]> = raw.as_bytes().chunks(1).collect();
+    let (scanned, out) = scanned_feeding(&bytes);
+    assert_eq!(out, answer(&format!("POST /c [] {}", "a".repeat(200)), ""));
+    assert!(
+        scanned <= 4 * raw.len(),
+        "{scanned} bytes parsed for a {}-byte request",
+        raw.len()
+    );
+
+    // A length-framed body one byte at a time: the head is parsed twice, the body not at all.
+    let raw = post("/p", &"b".repeat(5_000));
+    let bytes: Vec<&[u8]> = raw.as_bytes().chunks(1).collect();
+    let (scanned, _) = scanned_feeding(&bytes);
+    assert!(scanned <= 8 * 100, "{scanned} bytes parsed for a 5 KB body");
+}
+
+#[test]
+fn garbage_is_refused_at_its_first_bytes() {
+    // A TLS hello has no line end: it is refused at once, not at the head deadline.
+    let (out, next, _) = feed(&[b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"]);
+    assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+    assert_eq!(next, Next::Close);
 }
 
 proptest! {

@@ -6,7 +6,7 @@ mod warmup;
 
 use super::answer::{NoWork, ReadyFlag, Scoring};
 use super::config::{Endpoint, Limits};
-use super::listener::Listener;
+use super::listener::{self, Listener};
 use super::server::Server;
 use anyhow::{Context, Result};
 use std::time::{Duration, Instant};
@@ -26,13 +26,29 @@ pub struct ServeArgs {
     /// long an idle keep-alive connection stays open.
     #[arg(long, env = "FRAUD_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
-    /// Time a client has to send the complete body once the head is in (408 after that); also
-    /// how long a write may stall because the client does not read its answers.
+    /// Time a client has to send the complete body once the head is in (408 after that).
     #[arg(long, env = "FRAUD_BODY_TIMEOUT_MS", default_value_t = 10_000)]
     pub body_timeout_ms: u64,
-    /// Connections served at once; more are answered 503 and closed at once.
+    /// Time a client has to take answers once they wait to be written, however slowly it
+    /// reads meanwhile (closed after that).
+    #[arg(long, env = "FRAUD_SEND_TIMEOUT_MS", default_value_t = 10_000)]
+    pub send_timeout_ms: u64,
+    /// Connections served at once. At the cap a new connection takes the place of one that has
+    /// delivered nothing for a second or more; if there is none, it gets 503 and is closed.
     #[arg(long, env = "FRAUD_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Bytes of answers one connection may have waiting; its pipelined requests are not read
+    /// beyond that until the client takes them.
+    #[arg(long, env = "FRAUD_MAX_UNSENT_BYTES", default_value_t = 16 * 1024)]
+    pub max_unsent_bytes: usize,
+    /// Requests of one connection answered per turn of the event loop (fairness between
+    /// clients; one read per connection per turn).
+    #[arg(long, env = "FRAUD_MAX_REQUESTS_PER_TURN", default_value_t = 16)]
+    pub max_requests_per_turn: usize,
+    /// MiB that all connections together may hold (unfinished and pipelined requests, unsent
+    /// answers); beyond it, new connections and the connection that grows get 503.
+    #[arg(long, env = "FRAUD_MEMORY_BUDGET_MB", default_value_t = 16)]
+    pub memory_budget_mb: usize,
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
     #[arg(long, env = "FRAUD_DRAIN_MS", default_value_t = 5_000)]
     pub drain_ms: u64,
@@ -61,7 +77,11 @@ impl From<&ServeArgs> for Limits {
             max_body_bytes: a.max_body_bytes,
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             body_timeout: Duration::from_millis(a.body_timeout_ms),
+            send_timeout: Duration::from_millis(a.send_timeout_ms),
             max_connections: a.max_connections.max(1),
+            max_unsent_bytes: a.max_unsent_bytes.max(1),
+            max_requests_per_turn: a.max_requests_per_turn.max(1),
+            memory_budget: a.memory_budget_mb << 20,
             drain: Duration::from_millis(a.drain_ms),
             spin: Duration::from_micros(a.spin_us),
         }
@@ -71,7 +91,8 @@ impl From<&ServeArgs> for Limits {
 /// Entry point of `local-runner serve`: serves until SIGTERM or SIGINT, then drains and exits.
 pub fn run(args: ServeArgs) -> Result<()> {
     let endpoint: Endpoint = args.listen.parse()?;
-    let limits = Limits::from(&args);
+    let mut limits = Limits::from(&args);
+    limits.max_connections = fit_descriptors(limits)?;
     let ready = ReadyFlag::default();
     if args.no_work {
         ready.set(true);
@@ -103,4 +124,33 @@ pub fn run(args: ServeArgs) -> Result<()> {
     server.run(&mut warmup)?;
     info!("drained; exiting");
     Ok(())
+}
+
+/// Raises the soft limit on open files to what `limits` need (descriptors of every connection and
+/// of the lingering sheds), up to the hard limit. Where the hard limit is lower, the connection cap
+/// is lowered to fit it, with a warning. Returns the cap to use.
+fn fit_descriptors(limits: Limits) -> Result<usize> {
+    use crate::serve::server::descriptors_needed;
+    let needed = descriptors_needed(&limits) as u64;
+    let (soft, hard) = listener::open_files_limit()?;
+    if soft >= needed {
+        return Ok(limits.max_connections);
+    }
+    let raised = needed.min(hard);
+    listener::set_open_files_limit(raised, hard)?;
+    if raised < needed {
+        let cap = limits
+            .max_connections
+            .saturating_sub((needed - raised) as usize)
+            .max(1);
+        tracing::warn!(
+            hard_limit = hard,
+            needed,
+            max_connections = cap,
+            "the open-files hard limit is below what the connection cap needs: cap lowered"
+        );
+        return Ok(cap);
+    }
+    info!(from = soft, to = raised, "raised the open-files limit");
+    Ok(limits.max_connections)
 }
