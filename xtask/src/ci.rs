@@ -1,5 +1,11 @@
 //! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`. Each step prints its own
 //! verdict; a failed step does not stop the later ones.
+//!
+//! Everything is compiled once: the workspace build (one profile, every feature, every target,
+//! linted by clippy as it compiles: `util::build_workspace`) serves the tests, verify and the
+//! build scripts of the shipped binaries (`util::build_shipped`: one build for the API image and
+//! the Lambda, embedding the index the workspace build packed). Only the fuzz targets, which
+//! need sanitizer flags, are a build of their own.
 
 use crate::util::{self, log};
 use anyhow::{Context, Result};
@@ -12,12 +18,21 @@ pub struct Args {
     /// Run only the steps whose name contains this (e.g. `stack`, `lambda`).
     #[arg(long)]
     only: Option<String>,
+    /// The loop of a change to the request path: formatting, the linted build, the unit tests
+    /// and the public set's answers (`verify --public`).
+    #[arg(long)]
+    quick: bool,
 }
 
-/// What runs a step: cargo, or this binary again (`cargo xtask <args>`).
+/// What runs a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Program {
+    /// `cargo <args>`.
     Cargo,
+    /// `cargo <args[0]> --profile ci --workspace --all-features <args[1..]>`, linted
+    /// (`util::cargo_workspace`): the same units as the workspace build.
+    Workspace,
+    /// This binary again (`cargo xtask <args>`).
     Xtask,
 }
 
@@ -26,10 +41,6 @@ struct Step {
     name: &'static str,
     program: Program,
     args: Vec<String>,
-    /// The step builds `function` with other features or for another target: it embeds the index
-    /// the workspace build packed instead of packing 3M references again (the workspace's own
-    /// steps leave it alone: setting it would rebuild every crate above the build script).
-    reuse_index: bool,
 }
 
 impl Step {
@@ -38,6 +49,10 @@ impl Step {
     fn command(&self, me: &Path) -> duct::Expression {
         match self.program {
             Program::Cargo => duct::cmd("cargo", &self.args),
+            Program::Workspace => {
+                let rest: Vec<&str> = self.args[1..].iter().map(String::as_str).collect();
+                util::cargo_workspace(&self.args[0], &rest)
+            }
             Program::Xtask => duct::cmd(me, &self.args),
         }
         .dir(util::root())
@@ -47,38 +62,43 @@ impl Step {
 /// Where CI's submission test pushes the API image (Debian's registry, started by the step).
 const LOOPBACK_IMAGE: &str = "127.0.0.1:5000/fraud-api:test";
 
-/// The steps, in order: cheap checks first, then the gates that need the release build. Clippy
-/// builds in release, so it shares the faiss build with `cargo test --release`.
-fn steps(target_dir: &Path) -> Vec<Step> {
-    use Program::{Cargo, Xtask};
-    let step = |name, program, args: &[&str], reuse_index| Step {
+/// The steps, in order: cheap checks first, then the builds, then the gates that use them.
+fn steps(quick: bool) -> Vec<Step> {
+    use Program::{Cargo, Workspace, Xtask};
+    let step = |name, program, args: &[&str]| Step {
         name,
         program,
         args: args.iter().map(|a| a.to_string()).collect(),
-        reuse_index,
     };
-    fn clippy<'a>(what: &[&'a str]) -> Vec<&'a str> {
-        [&["clippy", "--release"], what, &["--all-targets", "--", "-D", "warnings"]].concat()
+    let fmt = step("fmt", Cargo, &["fmt", "--all", "--", "--check"]);
+    // Every target compiled once, with clippy's lints (-D warnings) on every workspace crate.
+    let build = step("build", Xtask, &["build"]);
+    if quick {
+        return vec![
+            fmt,
+            build,
+            step("test", Workspace, &["test", "--lib", "--bins"]),
+            step("verify", Xtask, &["verify", "--public"]),
+        ];
     }
-    let target = target_dir.to_string_lossy();
     let submission = ["stack", "submission", "--no-build", "--test", "--image", LOOPBACK_IMAGE];
     vec![
-        step("fmt", Cargo, &["fmt", "--all", "--", "--check"], false),
-        step("clippy", Cargo, &clippy(&["--workspace"]), false),
-        step("clippy lambda", Cargo, &clippy(&["-p", "function", "--features", "lambda"]), true),
-        step("test", Cargo, &["test", "--release", "--workspace"], false),
-        step("verify", Xtask, &["verify"], false),
-        step("fuzz", Xtask, &["fuzz", "ci"], false),
-        step("lambda", Xtask, &["lambda"], true),
-        // The smoke builds the images; the other stack gates reuse them. The image's static
-        // build shares the target directory with the steps above (faiss and the index packer
-        // are host build dependencies, built once).
-        step("stack smoke", Xtask, &["stack", "smoke", "--target-dir", &target], true),
-        // The smoke and chaos at the final's peak (1,130 req/s), the overload at 3x it.
-        step("stack chaos", Xtask, &["stack", "chaos", "--no-build"], false),
-        step("stack overload", Xtask, &["stack", "overload", "--no-build"], false),
+        fmt,
+        build,
+        // Unit, integration and doc tests of every crate.
+        step("test", Workspace, &["test"]),
+        step("verify", Xtask, &["verify"]),
+        step("fuzz", Xtask, &["fuzz", "ci"]),
+        // The API image's local-runner and the Lambda's bootstrap, in one build.
+        step("shipped build", Xtask, &["build", "--shipped"]),
+        step("lambda", Xtask, &["lambda", "--skip-build"]),
+        // The smoke builds the images (from the shipped build); the other stack gates reuse
+        // them. The smoke and chaos at the final's peak (1,130 req/s), the overload at 3x it.
+        step("stack smoke", Xtask, &["stack", "smoke"]),
+        step("stack chaos", Xtask, &["stack", "chaos", "--no-build"]),
+        step("stack overload", Xtask, &["stack", "overload", "--no-build"]),
         // Last: it removes the local images (pulled back from the loopback registry, retagged).
-        step("stack submission", Xtask, &submission, false),
+        step("stack submission", Xtask, &submission),
     ]
 }
 
@@ -93,17 +113,9 @@ pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let (started, mut done) = (Instant::now(), Vec::new());
     let only = |s: &&Step| args.only.as_deref().is_none_or(|o| s.name.contains(o));
-    // The newest index a release build of the workspace packed, unless the caller chose one.
-    let chosen = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").is_some();
-    for step in steps(util::target_dir()).iter().filter(only) {
+    for step in steps(args.quick).iter().filter(only) {
         log!("== ci: {} ==", step.name);
-        let mut e = step.command(&me);
-        // Looked up per step: the workspace's clippy step is what packs it.
-        let packed = || util::newest_index_artifact(&util::target_dir().join("release/build"));
-        if let Some(artifact) = (step.reuse_index && !chosen).then(packed).flatten() {
-            e = e.env("FRAUD_INDEX_ARTIFACT_IN", artifact);
-        }
-        let (t, result) = (Instant::now(), e.run());
+        let (t, result) = (Instant::now(), step.command(&me).run());
         if let Err(err) = &result {
             log!("ci: {} failed: {err}", step.name);
         }
@@ -111,10 +123,11 @@ pub fn run(args: Args) -> Result<()> {
         done.push(Outcome { name, passed, seconds });
     }
     let passed = done.iter().all(|s| s.passed);
-    util::verdict("ci", passed, &figures(&done, started.elapsed().as_secs_f64()), &done)
+    let name = if args.quick { "ci quick" } else { "ci" };
+    util::verdict(name, passed, &figures(&done, started.elapsed().as_secs_f64()), &done)
 }
 
-/// `fmt ok 3 s, clippy FAILED 80 s, ...; 1200 s in all`.
+/// `fmt ok 3 s, build FAILED 80 s, ...; 1200 s in all`.
 fn figures(done: &[Outcome], total_s: f64) -> String {
     let each = util::list(done, |s| {
         format!("{} {} {:.0} s", s.name, if s.passed { "ok" } else { "FAILED" }, s.seconds)
@@ -128,17 +141,15 @@ mod tests {
 
     #[test]
     fn the_steps_and_their_order() {
-        let s = steps(Path::new("/t"));
-        let names: Vec<&str> = s.iter().map(|s| s.name).collect();
-        assert_eq!(names.join(", "), "fmt, clippy, clippy lambda, test, verify, fuzz, lambda, stack smoke, stack chaos, stack overload, stack submission");
-        let clippy = s.iter().filter(|s| s.name.starts_with("clippy"));
-        assert!(clippy.clone().all(|s| s.args[..2] == ["clippy", "--release"]));
-        assert!(clippy.clone().all(|s| s.args.ends_with(&["-D".into(), "warnings".into()])));
-        assert_eq!(s[3].args, ["test", "--release", "--workspace"]);
-        assert_eq!(s[7].args, ["stack", "smoke", "--target-dir", "/t"]);
-        assert_eq!((s[7].program, s[0].program), (Program::Xtask, Program::Cargo));
-        let reuse: Vec<&str> = s.iter().filter(|s| s.reuse_index).map(|s| s.name).collect();
-        assert_eq!(reuse, ["clippy lambda", "lambda", "stack smoke"]);
+        let names = |quick| steps(quick).iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
+        assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack submission");
+        assert_eq!(names(true), "fmt, build, test, verify");
+        let s = steps(false);
+        assert_eq!((s[1].program, &s[1].args[..]), (Program::Xtask, &["build".to_string()][..]));
+        assert_eq!((s[2].program, &s[2].args[..]), (Program::Workspace, &["test".to_string()][..]));
+        let quick = steps(true);
+        assert_eq!(quick[2].args, ["test", "--lib", "--bins"]);
+        assert_eq!(quick[3].args, ["verify", "--public"]);
         let done = [
             Outcome { name: "fmt", passed: true, seconds: 2.6 },
             Outcome { name: "test", passed: false, seconds: 100.2 },
@@ -150,7 +161,7 @@ mod tests {
     #[test]
     fn a_cargo_step_runs_the_cargo_on_path() {
         let args = vec!["--version".to_string()];
-        let step = Step { name: "v", program: Program::Cargo, args, reuse_index: false };
+        let step = Step { name: "v", program: Program::Cargo, args };
         let out = step.command(Path::new("/no/xtask")).read().unwrap();
         assert!(out.starts_with("cargo "), "{out}");
     }

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{ci, fuzz, lambda, stack, verify};
+use xtask::{ci, fuzz, lambda, stack, util, verify};
 
 #[derive(Parser)]
 #[command(about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing")]
@@ -15,9 +15,13 @@ struct Cli {
 enum Command {
     /// Everything CI checks (after scripts/setup.sh): fmt, clippy, tests and every gate.
     Ci(ci::Args),
+    /// What CI builds: every target of the workspace in the `ci` profile, linted by clippy as it
+    /// compiles (`--bin NAME`: one binary of that build; `--shipped`: the API image's and the
+    /// Lambda's static x86_64 binaries).
+    Build(BuildArgs),
     /// The public test set through the handler (every answer exact), then vectors and 5 neighbours
     /// against the labeller crate (public, generated and adversarial queries; 0 differences).
-    Verify,
+    Verify(verify::Args),
     /// The Lambda function: emulator run of the sample events and the replay, `sam build`.
     Lambda(lambda::Args),
     /// The contest stack (HAProxy + two APIs in docker compose) under k6.
@@ -26,11 +30,36 @@ enum Command {
     Fuzz(fuzz::Args),
 }
 
+#[derive(clap::Args)]
+struct BuildArgs {
+    /// Only this binary of the workspace build.
+    #[arg(long, conflicts_with = "shipped")]
+    bin: Option<String>,
+    /// The shipped binaries (one build for both).
+    #[arg(long)]
+    shipped: bool,
+}
+
+fn build(a: BuildArgs) -> Result<()> {
+    let t = std::time::Instant::now();
+    let built = match (a.bin, a.shipped) {
+        (Some(name), _) => util::built(&name)?.display().to_string(),
+        (None, true) => {
+            let s = util::build_shipped()?;
+            format!("{} {}", s.local_runner.display(), s.bootstrap.display())
+        }
+        (None, false) => util::build_workspace().map(|()| "the workspace".to_string())?,
+    };
+    let figures = format!("{built} in {:.0} s", t.elapsed().as_secs_f64());
+    util::verdict("build", true, &figures, &built)
+}
+
 fn main() -> Result<()> {
     xtask::util::absolute_target_dir()?;
     match Cli::parse().command {
         Command::Ci(a) => ci::run(a),
-        Command::Verify => verify::run(),
+        Command::Build(a) => build(a),
+        Command::Verify(a) => verify::run(a),
         Command::Lambda(a) => lambda::run(a),
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),

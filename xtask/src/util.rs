@@ -179,6 +179,104 @@ pub fn docker_usable() -> Result<()> {
 /// The one target triple of the static builds (the contest's and Lambda's x86-64 Linux).
 pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
+/// The cargo profile of every build of the harness (Cargo.toml's `[profile.ci]`, which says why).
+pub const PROFILE: &str = "ci";
+
+/// RUSTFLAGS of the shipped binaries (the API image's `local-runner`, the Lambda `bootstrap`),
+/// built for [`TRIPLE`] in [`PROFILE`]: the contest CPU (Haswell: AVX2, FMA; Lambda's x86_64
+/// hosts have them too), static glibc (provided.al2023's is older than the build host's, the
+/// image is `FROM scratch`), stripped, and the release profile's whole-program code generation.
+pub const SHIPPED_RUSTFLAGS: &str = "-C target-cpu=haswell -C target-feature=+crt-static \
+    -C lto=fat -C embed-bitcode=yes -C codegen-units=1 -C strip=symbols";
+
+/// clippy as it compiles: `RUSTC_WORKSPACE_WRAPPER=clippy-driver` runs clippy's lints on every
+/// workspace crate of a real build, failing on any (`-D warnings`, passed the way `cargo clippy
+/// -- -D warnings` passes it), so the build that the tests run is also the lint, and no separate
+/// `cargo clippy` compiles everything a second time (checked by
+/// `the_lint_wrapper_fails_a_build_on_a_lint`).
+fn linted(e: duct::Expression) -> duct::Expression {
+    e.env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
+        .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+}
+
+/// `cargo <command> --profile ci --workspace --all-features <extra>`, linted: every build of the
+/// harness resolves the workspace's features the same way, so each unit is compiled once and
+/// reused by every later command (tests, verify, the shipped binaries' build scripts).
+pub fn cargo_workspace(command: &str, extra: &[&str]) -> duct::Expression {
+    let args = [&[command, "--profile", PROFILE, "--workspace", "--all-features"], extra].concat();
+    linted(duct::cmd("cargo", args).dir(root()))
+}
+
+/// Builds every target of the workspace (the tests' binaries, the benches, the examples):
+/// what CI and the quick check build once.
+pub fn build_workspace() -> Result<()> {
+    run(&cargo_workspace("build", &["--all-targets"]))
+}
+
+/// A binary of the workspace build, built if it is not yet (`<target>/ci/<name>`).
+pub fn built(name: &str) -> Result<PathBuf> {
+    run(&cargo_workspace("build", &["--bin", name]))?;
+    Ok(target_dir().join(PROFILE).join(name))
+}
+
+/// The shipped binaries, from one build (`SHIPPED_RUSTFLAGS`), with the index they embed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Shipped {
+    pub local_runner: PathBuf,
+    pub bootstrap: PathBuf,
+    /// The index artifact the build embedded (the workspace build's, when there is one).
+    pub index: Option<PathBuf>,
+}
+
+/// Builds the shipped binaries (cargo does nothing when they are current). The index the
+/// workspace build packed is embedded as it is (checked in full by the build script) instead of
+/// packing 3M references again; without a workspace build the build script packs it.
+pub fn build_shipped() -> Result<Shipped> {
+    let bins =
+        ["-p", "local-runner", "--bin", "local-runner", "-p", "function", "--bin", "bootstrap"];
+    let args = [
+        &["build", "--profile", PROFILE, "--target", TRIPLE, "--features", "function/lambda"][..],
+        &bins,
+    ]
+    .concat();
+    let mut e = linted(duct::cmd("cargo", args).dir(root()))
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", SHIPPED_RUSTFLAGS);
+    let index = match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
+        Some(given) => Some(PathBuf::from(given)),
+        None => stable_index_copy()?,
+    };
+    if let Some(index) = &index {
+        log!("embedding {} in the shipped binaries", index.display());
+        e = e.env("FRAUD_INDEX_ARTIFACT_IN", index);
+    }
+    run(&e)?;
+    let dir = target_dir().join(TRIPLE).join(PROFILE);
+    let shipped =
+        Shipped { local_runner: dir.join("local-runner"), bootstrap: dir.join("bootstrap"), index };
+    for bin in [&shipped.local_runner, &shipped.bootstrap] {
+        check_static_x86_64(bin).context("the static flags did not apply")?;
+    }
+    Ok(shipped)
+}
+
+/// The workspace build's packed index copied to a fixed path, its modification time kept, so
+/// that the shipped build's input (a path and its mtime) stays the same from run to run; `None`
+/// when there is no packed index yet.
+fn stable_index_copy() -> Result<Option<PathBuf>> {
+    let Some(packed) = newest_index_artifact(&target_dir().join(PROFILE).join("build")) else {
+        return Ok(None);
+    };
+    let copy = target_dir().join("ci-index.idx");
+    let modified = std::fs::metadata(&packed)?.modified()?;
+    let current = std::fs::metadata(&copy).and_then(|m| m.modified()).ok() == Some(modified);
+    if !current {
+        std::fs::copy(&packed, &copy)?;
+        std::fs::File::options().write(true).open(&copy)?.set_modified(modified)?;
+    }
+    Ok(Some(copy))
+}
+
 /// The newest index `function`'s build script packed below `build`.
 pub fn newest_index_artifact(build: &Path) -> Option<PathBuf> {
     let dirs = std::fs::read_dir(build).ok()?.filter_map(|e| e.ok());
@@ -363,6 +461,29 @@ mod tests {
         let e = poll::<()>("svc", Duration::ZERO, Duration::ZERO, || Ok(Err("503".into())));
         assert!(e.unwrap_err().to_string().contains("svc: not within 0ns (last: 503)"));
         assert!(poll::<()>("x", Duration::MAX, Duration::ZERO, || bail!("gone")).is_err());
+    }
+
+    /// The lint of the workspace build: clippy's lints fail a real build, and a clean one builds.
+    #[test]
+    fn the_lint_wrapper_fails_a_build_on_a_lint() {
+        let dir = std::env::temp_dir().join(format!("xtask-lint-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let manifest =
+            "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n";
+        std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+        let build = |main: &str| {
+            std::fs::write(dir.join("src/main.rs"), main).unwrap();
+            let e = linted(duct::cmd!("cargo", "build", "--quiet").dir(&dir));
+            e.env("CARGO_TARGET_DIR", dir.join("target")).stderr_capture().unchecked().run()
+        };
+        let lint = build("fn main() { let v = vec![1]; println!(\"{}\", v.len() == 0); }").unwrap();
+        let said = String::from_utf8_lossy(&lint.stderr);
+        assert!(!lint.status.success() && said.contains("clippy::len_zero"), "{said}");
+        assert!(build("fn main() { println!(\"{}\", std::env::args().count()); }")
+            .unwrap()
+            .status
+            .success());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! `cargo xtask verify`: every public and final-shape answer exact through the handler, vectors
 //! and the 5 nearest references equal to the `labeller` crate's (the contest's brute force, no
-//! code shared), and the recorded hostile answers current.
+//! code shared), and the recorded hostile answers current. `--public` keeps only the first part
+//! on the public set (the quick check's).
 
 use crate::util::{self, cmd, log, TEST_SET};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 use std::time::Instant;
 
 const PUBLIC: u64 = 54_100;
@@ -55,24 +57,45 @@ struct Gathered {
     hostile_current: bool,
 }
 
-pub fn run() -> Result<()> {
+#[derive(clap::Args)]
+pub struct Args {
+    /// Only the public set's answers through the handler (the quick check).
+    #[arg(long)]
+    public: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.public {
+        let (answers, wall_s) = public_answers(&util::built("local-runner")?)?;
+        let exact = answers.total == PUBLIC && inexact(&answers) == 0;
+        let figures =
+            format!("answers {}/{PUBLIC} exact ({wall_s:.1} s)", answers.total - inexact(&answers));
+        return util::verdict("verify public", exact, &figures, &answers);
+    }
     let g = gather()?;
     util::verdict("verify", judge(&g), &figures(&g), &g)
 }
 
-fn gather() -> Result<Gathered> {
-    util::run(&cmd!("cargo", "build", "--release", "-p", "local-runner", "-p", "labeller"))?;
-    let release = util::target_dir().join("release");
-    let local_runner = |args: String| -> Result<_> {
-        let out = util::read(
-            &duct::cmd(release.join("local-runner"), args.split(' ')).dir(util::root()),
-        )?;
-        Ok((out, format!("local-runner {args}")))
-    };
+/// Answers that are not the expected ones (FP, FN, errors, another score).
+fn inexact(a: &Answers) -> u64 {
+    a.fp + a.fn_ + a.errors + a.score_mismatches
+}
+
+/// `local-runner verify` of the public set; its last line and the wall time.
+fn public_answers(local_runner: &Path) -> Result<(Answers, f64)> {
     log!("answers: the {PUBLIC} public payloads through the handler");
     let t = Instant::now();
-    let (out, what) = local_runner(format!("verify {TEST_SET}"))?;
-    let (answers, answers_wall_s) = (util::last_json(&out, &what)?, t.elapsed().as_secs_f64());
+    let out = util::read(&cmd!(local_runner, "verify", TEST_SET))?;
+    Ok((util::last_json(&out, "local-runner verify")?, t.elapsed().as_secs_f64()))
+}
+
+fn gather() -> Result<Gathered> {
+    let (bin, labeller) = (util::built("local-runner")?, util::built("labeller")?);
+    let local_runner = |args: String| -> Result<_> {
+        let out = util::read(&duct::cmd(&bin, args.split(' ')).dir(util::root()))?;
+        Ok((out, format!("local-runner {args}")))
+    };
+    let (answers, answers_wall_s) = public_answers(&bin)?;
     log!("answers: the {} payloads of {} through the handler", FINAL.1, FINAL.0);
     let (out, what) = local_runner(format!("verify {}", FINAL.0))?;
     let final_answers = util::last_json(&out, &what)?;
@@ -80,14 +103,14 @@ fn gather() -> Result<Gathered> {
     let (out, what) = local_runner(format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}"))?;
     let neighbours = util::last_json(&out, &what)?;
     log!("hostile cases: recorded answers against the labeller");
-    let check = cmd!(release.join("labeller"), "relabel", "--check", HOSTILE).unchecked().run();
+    let check = cmd!(labeller, "relabel", "--check", HOSTILE).unchecked().run();
     let hostile_current = check?.status.success();
     Ok(Gathered { answers, answers_wall_s, final_answers, neighbours, hostile_current })
 }
 
 fn judge(g: &Gathered) -> bool {
     let (a, n) = (&g.answers, &g.neighbours);
-    let exact = |a: &Answers, n| a.total == n && a.fp + a.fn_ + a.errors + a.score_mismatches == 0;
+    let exact = |a: &Answers, n| a.total == n && inexact(a) == 0;
     let answers_ok = exact(a, PUBLIC) && exact(&g.final_answers, FINAL.1);
     let neighbours_ok = (n.public, n.generated, n.adversarial) == (SAMPLE, GENERATED, ADVERSARIAL)
         && n.compared == n.public + n.generated + n.adversarial

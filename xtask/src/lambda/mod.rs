@@ -24,7 +24,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Command {
-    /// Build the bootstrap (static, x86_64) and its zip; the same build the emulator tests.
+    /// Build the bootstrap (the shipped build: static, x86_64) and its zip; the same build the
+    /// emulator tests. Refuses a bootstrap over Lambda's zip limit (the image path takes it).
     Build {
         /// Also copy the binary here as `bootstrap` (SAM's ARTIFACTS_DIR, from the Makefile).
         #[arg(long)]
@@ -40,6 +41,8 @@ pub fn run(args: Args) -> Result<()> {
         Some(Command::Build { artifacts_dir }) => {
             let t = Instant::now();
             let pkg = package::build(false)?;
+            // `sam build` of the zip package comes this way (the Makefile).
+            pkg.fits_a_zip()?;
             if let Some(dir) = artifacts_dir {
                 pkg.copy_to(&dir)?;
             }

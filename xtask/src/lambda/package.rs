@@ -1,16 +1,15 @@
-//! The one static build of `bootstrap` (provided.al2023's glibc is older than many hosts) and its
-//! zip; the workspace's index is reused from a fixed path (`LAMBDA_PACK_INDEX=1` packs anew).
+//! The Lambda package: the shipped `bootstrap` (`util::build_shipped`, the build the image's
+//! binary comes from too) in a zip, within Lambda's limits for a zip package.
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
-pub const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
-pub const LIMIT_UNZIPPED: u64 = 250 << 20;
+/// Lambda's limit for a zip package, unzipped (the API refuses more than 262,144,000 bytes).
+pub const LIMIT_UNZIPPED: u64 = 262_144_000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Package {
@@ -37,50 +36,50 @@ impl Package {
         log!("copied the tested bootstrap to {}", dest.display());
         Ok(())
     }
+
+    /// Refuses a package over Lambda's zip limit, naming the way that takes it.
+    pub fn fits_a_zip(&self) -> Result<()> {
+        let (mb, limit) = (self.unzipped_bytes as f64 / 1e6, LIMIT_UNZIPPED as f64 / 1e6);
+        ensure!(
+            self.unzipped_bytes <= LIMIT_UNZIPPED,
+            "the bootstrap is {mb:.1} MB, over Lambda's {limit:.1} MB limit for a zip package \
+             (its index grew): ship it as a container image instead, `sam build --template \
+             template-image.yaml` (docs/LAMBDA.md, \"Packaging by size\")"
+        );
+        Ok(())
+    }
 }
 
-fn built_dir() -> PathBuf {
-    util::target_dir().join(TRIPLE).join("release")
-}
-
+/// Builds (unless `skip_build`) and packages the shipped bootstrap.
 pub fn build(skip_build: bool) -> Result<Package> {
-    let reuse = util::target_dir().join("lambda-index.idx");
-    let packed = || {
-        util::newest_index_artifact(&built_dir().join("build")).context("no index artifact packed")
+    let built = if skip_build {
+        let dir = util::target_dir().join(TRIPLE).join(util::PROFILE);
+        let index = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+        util::Shipped {
+            bootstrap: dir.join("bootstrap"),
+            local_runner: dir.join("local-runner"),
+            index,
+        }
+    } else {
+        util::build_shipped()?
     };
-    let given = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
-    if skip_build {
-        return assemble(given.or(reuse.exists().then_some(reuse)).map_or_else(packed, Ok)?);
-    }
-    let reused = if given.is_some() { given } else { reusable_index(reuse)? };
-    if util::run(&cargo(reused.as_deref())).is_err() {
-        ensure!(reused.is_some(), "the bootstrap build failed");
-        log!("build failed with the reused index artifact; packing from the references");
-        util::run(&cargo(None))?;
-    }
-    assemble(reused.map_or_else(packed, Ok)?)
+    // Without a given or reused index, the shipped build's own build script packed it.
+    let packed_here = || {
+        let build = util::target_dir().join(TRIPLE).join(util::PROFILE).join("build");
+        util::newest_index_artifact(&build).context("no index artifact packed")
+    };
+    let index_artifact = built.index.map_or_else(packed_here, Ok)?;
+    assemble(&built.bootstrap, index_artifact)
 }
 
-fn cargo(index: Option<&Path>) -> duct::Expression {
-    let args =
-        format!("build --release --target {TRIPLE} -p function --features lambda --bin bootstrap");
-    let e = duct::cmd("cargo", args.split(' ')).dir(util::root());
-    let e = e.env_remove("CARGO_ENCODED_RUSTFLAGS").env("RUSTFLAGS", RUSTFLAGS);
-    match index {
-        Some(a) => e.env("FRAUD_INDEX_ARTIFACT_IN", a),
-        None => e.env_remove("FRAUD_INDEX_ARTIFACT_IN"),
-    }
-}
-
-fn assemble(index_artifact: PathBuf) -> Result<Package> {
-    let built = built_dir().join("bootstrap");
-    util::check_static_x86_64(&built).context("the static flags did not apply")?;
+fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
+    util::check_static_x86_64(built).context("the static flags did not apply")?;
     let package_dir = util::target_dir().join("lambda-package");
     let dir = package_dir.join("bootstrap");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
-    std::fs::copy(&built, &bootstrap)?;
+    std::fs::copy(built, &bootstrap)?;
     // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
     let zip = package_dir.join("bootstrap.zip");
     let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
@@ -94,37 +93,17 @@ fn assemble(index_artifact: PathBuf) -> Result<Package> {
     Ok(Package { dir, bootstrap, zip, sha256, zipped_bytes, unzipped_bytes, index_artifact })
 }
 
-/// The workspace build's index artifact copied to `reuse` (mtime kept), or `None` to pack.
-fn reusable_index(reuse: PathBuf) -> Result<Option<PathBuf>> {
-    if std::env::var("LAMBDA_PACK_INDEX").is_ok_and(|v| v == "1") {
-        return Ok(None);
-    }
-    let newest = util::newest_index_artifact(&util::target_dir().join("release/build"));
-    let Some(artifact) = newest else { return Ok(None) };
-    // An artifact older than the packer's sources may be in an older format.
-    let packed = std::fs::metadata(&artifact)?.modified()?;
-    let sources = [util::root().join("index-pack"), util::root().join("function/build.rs")];
-    if sources.iter().map(|p| newest_rs(p)).collect::<Result<Vec<_>>>()?.iter().any(|t| *t > packed)
-    {
-        log!("not reusing {}: index-pack changed since", artifact.display());
-        return Ok(None);
-    }
-    if std::fs::read(&reuse).ok() != Some(std::fs::read(&artifact)?) {
-        std::fs::copy(&artifact, &reuse)?;
-        std::fs::File::options().write(true).open(&reuse)?.set_modified(packed)?;
-    }
-    log!("index artifact reused from {}", artifact.display());
-    Ok(Some(reuse))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Newest modification time of the `.rs` files at or below `path` (`target/` left out).
-fn newest_rs(path: &Path) -> Result<SystemTime> {
-    let meta = std::fs::metadata(path).with_context(|| format!("no {}", path.display()))?;
-    if meta.is_file() {
-        let rs = path.extension().is_some_and(|e| e == "rs");
-        return Ok(if rs { meta.modified()? } else { SystemTime::UNIX_EPOCH });
+    #[test]
+    fn a_package_over_the_zip_limit_names_the_image_path() {
+        let fits = Package { unzipped_bytes: LIMIT_UNZIPPED, ..Package::default() };
+        assert!(fits.fits_a_zip().is_ok());
+        let over = Package { unzipped_bytes: LIMIT_UNZIPPED + 1, ..Package::default() };
+        let why = over.fits_a_zip().unwrap_err().to_string();
+        assert!(why.contains("over Lambda's 262.1 MB limit for a zip package"), "{why}");
+        assert!(why.contains("sam build --template template-image.yaml"), "{why}");
     }
-    let entries = std::fs::read_dir(path)?.map(|e| Ok(e?.path())).collect::<Result<Vec<_>>>()?;
-    let kept = entries.iter().filter(|p| p.file_name().is_some_and(|n| n != "target"));
-    kept.map(|p| newest_rs(p)).try_fold(SystemTime::UNIX_EPOCH, |t, n| Ok(t.max(n?)))
 }

@@ -1,13 +1,14 @@
 //! AWS SAM CLI in a venv (`LAMBDA_VENV`; it brings cfn-lint and the emulator), template.yaml.
 
 use super::emulator::Settings;
-use crate::util::{self, cmd, log, root};
+use crate::util::{self, root};
 use anyhow::{bail, ensure, Context, Result};
 use std::path::PathBuf;
 use yaml_serde::Value;
 
-/// The version the emulator figures and the template checks were taken with.
-const SAM_CLI: &str = "aws-sam-cli==1.170.0";
+/// The version the emulator figures and the template checks were taken with (scripts/setup.sh
+/// installs it).
+const SAM_CLI_VERSION: &str = "1.170.0";
 
 /// The function's logical id in template.yaml (and the Makefile's target).
 pub const FUNCTION: &str = "FraudScoreFunction";
@@ -18,19 +19,18 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// Installs SAM CLI into the venv unless it is there, and finds the emulator inside it.
+    /// Finds SAM CLI in its venv (scripts/setup.sh installs it) and the emulator inside it.
     pub fn ensure() -> Result<Tools> {
         let venv = util::venv("LAMBDA_VENV", "lambda-venv");
         let sam = venv.join("bin/sam");
-        if !sam.exists() {
-            log!("installing {SAM_CLI} into {}", venv.display());
-            let _ = std::fs::remove_dir_all(&venv);
-            let why =
-                "python3 cannot create a venv: run scripts/setup.sh (it installs python3-venv)";
-            util::run(&cmd!("python3", "-m", "venv", &venv)).context(why)?;
-            let pip = "install -q --disable-pip-version-check".split(' ').chain([SAM_CLI]);
-            util::run(&duct::cmd(venv.join("bin/pip"), pip).dir(root()))?;
-        }
+        let found = sam.exists()
+            && util::read(&duct::cmd!(&sam, "--version"))
+                .is_ok_and(|v| v.contains(SAM_CLI_VERSION));
+        ensure!(
+            found,
+            "{SAM_CLI_VERSION} is needed in {}: run scripts/setup.sh (it installs it)",
+            sam.display()
+        );
         // <venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64
         let lib = venv.join("lib");
         let dirs = std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))?;

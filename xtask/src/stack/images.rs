@@ -1,38 +1,24 @@
 //! `cargo xtask stack images`: the static local-runner and a haproxy:2.6 stand-in from Debian's,
 //! each `FROM scratch` around a root file system written here (no registry).
 
-use crate::util::{self, log, root, ScratchImage, TRIPLE};
+use crate::util::{self, log, root, ScratchImage};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-
-#[derive(clap::Args, Clone)]
-pub struct Build {
-    /// Cargo target dir of the static build (default `<target>/image`; CI reuses its own).
-    #[arg(long, env = "STACK_TARGET_DIR")]
-    pub target_dir: Option<PathBuf>,
-}
 
 /// The tags docker-compose.yml names.
 pub const API: &str = "fraud-api:latest";
 pub const HAPROXY: &str = "haproxy:2.6";
 
 /// Builds both images; returns their tags.
-pub fn build(args: &Build) -> Result<Vec<&'static str>> {
+pub fn build() -> Result<Vec<&'static str>> {
     haproxy()?;
-    api(args.target_dir.clone().unwrap_or_else(|| util::target_dir().join("image")))?;
+    api()?;
     Ok(vec![HAPROXY, API])
 }
 
-fn api(target_dir: PathBuf) -> Result<()> {
-    let dir = target_dir.display();
-    log!("building the static local-runner in {dir} (the first build compiles faiss and packs the index: minutes)");
-    // --target keeps RUSTFLAGS off build scripts and host tools (faiss, the index packer).
-    let args = ["build", "--release", "-p", "local-runner", "--target", TRIPLE, "--target-dir"];
-    let build = duct::cmd("cargo", args.map(PathBuf::from).into_iter().chain([target_dir.clone()]))
-        .dir(root());
-    util::run(&build.env("RUSTFLAGS", "-C target-cpu=haswell -C target-feature=+crt-static"))?;
-    let bin = target_dir.join(TRIPLE).join("release/local-runner");
-    util::check_static_x86_64(&bin).context("expected a static binary")?;
+fn api() -> Result<()> {
+    log!("building the shipped local-runner (the first build compiles faiss and packs the index: minutes)");
+    let bin = util::build_shipped()?.local_runner;
     let mut fs = ScratchImage::default();
     fs.text("etc/group", "root:x:0:\nnogroup:x:65534:\n")
         .text(

@@ -31,16 +31,13 @@ pub struct Common {
     /// Use the images as they are (skip `stack images`).
     #[arg(long, env = "STACK_SKIP_BUILD")]
     no_build: bool,
-
-    #[command(flatten)]
-    images: images::Build,
 }
 
 impl Common {
     pub fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
         compose::require_tools(k6, wrk)?;
         if !self.no_build {
-            images::build(&self.images)?;
+            images::build()?;
         }
         Ok(())
     }
@@ -100,7 +97,7 @@ impl Shape {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Build the API image and the HAProxy stand-in (no registry needed).
-    Images(images::Build),
+    Images,
     /// Contest rules and least privilege (compose config; with --running also the live stack).
     Check {
         #[arg(long)]
@@ -131,9 +128,9 @@ pub fn run(args: Args) -> Result<()> {
     let shared = matches!(args.command, Command::Check { .. });
     let _lock = if shared { None } else { Some(exclusive()?) };
     match args.command {
-        Command::Images(build) => {
+        Command::Images => {
             util::docker_usable()?;
-            let built = images::build(&build)?;
+            let built = images::build()?;
             util::verdict("stack images", true, &built.join(" "), &built)
         }
         Command::Check { running } => {
