@@ -108,6 +108,16 @@ impl Session {
         Ok(Session { compose, base, started, problems, load_start, watched, up })
     }
 
+    /// Reads every container's counters afresh (memory peaks reset): what [`Session::containers`]
+    /// says next covers what ran since. Restarts still count from the start of the session.
+    pub fn restart_counters(&mut self) -> Result<()> {
+        for (_, _, cg, before, _) in &mut self.watched {
+            cg.reset_peak()?;
+            *before = cg.snapshot()?;
+        }
+        Ok(())
+    }
+
     /// A gate's session of the stack (`None` when `FRAUD_SKIP_STACK=1` skips the gate).
     pub fn gate(gate: &str, common: &Common, wrk: bool) -> Result<Option<Session>> {
         if !super::gate_may_run(&format!("stack {gate}"))? {

@@ -1,5 +1,6 @@
 //! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates.
 
+mod attack;
 mod cgroup;
 mod chaos;
 mod check;
@@ -109,6 +110,9 @@ enum Command {
     Chaos(chaos::Args),
     /// Gate: overload at 3x the contest peak, then recovery.
     Overload(Common),
+    /// Gate: slowhttptest's slow attacks and a pipelined flood at the connection cap, each with
+    /// a benign client beside it, against `local-runner serve` and the stack.
+    Attack(attack::Args),
     /// The contest's `submission` branch: images pushed and pinned by digest, compose, info.json.
     Submission(submission::Args),
 }
@@ -150,6 +154,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),
         Command::Overload(common) => overload::run(common),
+        Command::Attack(a) => attack::run(a),
         Command::Submission(a) => submission::run(a),
     }
 }
