@@ -328,6 +328,16 @@ impl Footer {
 /// Serializes an index into artifact bytes (archive + footer). Deterministic: the same index
 /// gives the same bytes.
 pub fn to_artifact(index: &Index) -> Vec<u8> {
+    let (archive, footer) = to_archive(index);
+    let mut out = Vec::with_capacity(archive.len() + FOOTER_LEN);
+    out.extend_from_slice(&archive);
+    out.extend_from_slice(&footer);
+    out
+}
+
+/// The archive of an index and the footer that follows it (an artifact is the two, in order):
+/// for a writer that does not need them in one buffer.
+pub fn to_archive(index: &Index) -> (rkyv::util::AlignedVec, [u8; FOOTER_LEN]) {
     let archive =
         rkyv::to_bytes::<rkyv::rancor::Error>(index).expect("serializing an index cannot fail");
     let footer = Footer {
@@ -335,10 +345,7 @@ pub fn to_artifact(index: &Index) -> Vec<u8> {
         archive_len: archive.len() as u64,
         crc32: crc32fast::hash(&archive),
     };
-    let mut out = Vec::with_capacity(archive.len() + FOOTER_LEN);
-    out.extend_from_slice(&archive);
-    out.extend_from_slice(&footer.to_bytes());
-    out
+    (archive, footer.to_bytes())
 }
 
 /// Opens an artifact in place: footer, archive validation and layout consistency. Does not

@@ -65,9 +65,24 @@ impl Default for PackOptions {
     }
 }
 
-/// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
+/// Seconds each phase of packing took (`index-pack build` prints them).
 #[cfg(feature = "pack")]
-pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Phases {
+    pub read_s: f64,
+    pub kmeans_s: f64,
+    pub assign_s: f64,
+    pub layout_s: f64,
+    pub write_s: f64,
+}
+
+/// Trains the cells, assigns the references and lays the index out, timing each phase.
+#[cfg(feature = "pack")]
+pub fn build(
+    refs: &layout::References,
+    opts: &PackOptions,
+    phases: &mut Phases,
+) -> anyhow::Result<format::Index> {
     anyhow::ensure!(
         opts.block_rows >= 8 && opts.block_rows.is_multiple_of(8),
         "block rows must be a positive multiple of 8"
@@ -79,7 +94,12 @@ pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec
         seed: opts.kmeans_seed,
         max_points_per_centroid: opts.max_points_per_centroid,
     };
-    let (centroids, assignment) = train::train_and_assign(refs, &km)?;
+    let t = std::time::Instant::now();
+    let centroids = train::train(refs, &km)?;
+    phases.kmeans_s = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let assignment = train::assign(refs, &centroids)?;
+    phases.assign_s = t.elapsed().as_secs_f64();
     let params = layout::LayoutParams {
         codec: opts.codec,
         block_rows: opts.block_rows,
@@ -87,8 +107,16 @@ pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec
         kmeans_seed: opts.kmeans_seed,
         split_weights: opts.split_weights,
     };
+    let t = std::time::Instant::now();
     let index = layout::build(refs, &centroids, &assignment, &params);
-    Ok(format::to_artifact(&index))
+    phases.layout_s = t.elapsed().as_secs_f64();
+    Ok(index)
+}
+
+/// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
+#[cfg(feature = "pack")]
+pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+    Ok(format::to_artifact(&build(refs, opts, &mut Phases::default())?))
 }
 
 /// SHA-256 of a byte string, as hex.
@@ -113,12 +141,27 @@ pub fn pack_file(
 /// an artifact.
 #[cfg(feature = "pack")]
 pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_parts_atomically(path, &[bytes])
+}
+
+/// [`write_atomically`] of the concatenation of `parts` (an archive and its footer, without a
+/// copy of the archive).
+#[cfg(feature = "pack")]
+pub fn write_parts_atomically(path: &std::path::Path, parts: &[&[u8]]) -> anyhow::Result<()> {
     use anyhow::Context;
+    use std::io::Write;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let tmp = path.with_extension("idx.tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let written = (|| {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        for p in parts {
+            f.write_all(p)?;
+        }
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+    })();
+    written.with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
     Ok(())

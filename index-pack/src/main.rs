@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use index_pack::source::{read_references, Expect};
-use index_pack::{format, CodecKind, PackOptions};
+use index_pack::{format, CodecKind, PackOptions, Phases};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -137,33 +137,59 @@ fn build(
     bar.set_message("reading");
     let refs = read_references(references, expect, &|read| bar.set_position(read))?;
     bar.finish_and_clear();
+    let mut phases = Phases {
+        read_s: started.elapsed().as_secs_f64(),
+        ..Phases::default()
+    };
+    let (n, frauds) = (refs.vectors.len(), refs.fraud.iter().filter(|&&f| f).count());
     eprintln!(
-        "read {} references ({} fraud) in {:.1} s, source SHA-256 {}",
-        refs.vectors.len(),
-        refs.fraud.iter().filter(|&&f| f).count(),
-        started.elapsed().as_secs_f64(),
+        "read {n} references ({frauds} fraud) in {:.1} s, source SHA-256 {}",
+        phases.read_s,
         format::hex(&refs.source_sha256)
     );
     let spinner = ProgressBar::new_spinner().with_message(format!(
-        "training {} cells with faiss k-means and laying out lists",
+        "training {} cells with faiss k-means, assigning, laying out lists",
         opts.cells
     ));
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-    let artifact = index_pack::pack(&refs, opts)?;
+    let index = index_pack::build(&refs, opts, &mut phases)?;
+    drop(refs);
     spinner.finish_and_clear();
-    index_pack::write_atomically(output, &artifact)?;
+    let t = Instant::now();
+    let (archive, footer) = format::to_archive(&index);
+    drop(index);
+    index_pack::write_parts_atomically(output, &[&archive, &footer])?;
+    phases.write_s = t.elapsed().as_secs_f64();
+    let bytes = archive.len() + footer.len();
+    let sha256 = {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(&archive);
+        h.update(footer);
+        format::hex(&h.finalize())
+    };
+    let (peak_rss_mb, total_s) = (peak_rss_mb(), started.elapsed().as_secs_f64());
+    let Phases { read_s, kmeans_s, assign_s, layout_s, write_s } = &phases;
     eprintln!(
-        "wrote {} ({} bytes) in {:.1} s total",
+        "wrote {} ({bytes} bytes) in {total_s:.1} s: read {read_s:.1} s, k-means {kmeans_s:.1} s, \
+         assignment {assign_s:.1} s, layout {layout_s:.1} s, write {write_s:.1} s; peak memory \
+         {peak_rss_mb:.0} MB",
         output.display(),
-        artifact.len(),
-        started.elapsed().as_secs_f64()
     );
-    println!(
-        "{}  {}",
-        index_pack::sha256_hex(&artifact),
-        output.display()
-    );
+    let report = serde_json::json!({
+        "artifact": output, "sha256": sha256, "bytes": bytes, "references": n,
+        "cells": opts.cells, "phases_s": phases, "total_s": total_s, "peak_rss_mb": peak_rss_mb,
+    });
+    println!("{report}");
     Ok(())
+}
+
+/// The process's peak resident memory (`VmHWM`), MB; 0 where /proc does not say.
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+    kb.and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn inspect(path: &std::path::Path) -> Result<()> {

@@ -19,19 +19,12 @@ pub struct KMeans {
     pub max_points_per_centroid: u32,
 }
 
-/// Trains `cells` centroids and assigns every reference to its nearest one.
-pub fn train_and_assign(
-    refs: &References,
-    km: &KMeans,
-) -> anyhow::Result<(Vec<[f32; DIMS]>, Vec<u32>)> {
+/// Trains `cells` centroids over the references (faiss draws its own sample of
+/// `max_points_per_centroid` per cell from them).
+pub fn train(refs: &References, km: &KMeans) -> anyhow::Result<Vec<[f32; DIMS]>> {
     let n = refs.vectors.len();
     let cells = km.cells.min(n as u32).max(1);
-    let data: Vec<f32> = refs
-        .vectors
-        .iter()
-        .flat_map(|v| v.iter().map(|&x| (x as f64 / SCALE) as f32))
-        .collect();
-
+    let data = as_f32(&refs.vectors);
     let mut params = ClusteringParameters::new();
     params.set_niter(km.iters);
     params.set_seed(km.seed);
@@ -41,18 +34,22 @@ pub fn train_and_assign(
     let mut clustering = Clustering::new_with_params(DIMS as u32, cells, &params)?;
     let mut quantizer = FlatIndex::new_l2(DIMS as u32)?;
     clustering.train(&data, &mut quantizer)?;
-    let centroids: Vec<[f32; DIMS]> = clustering
+    Ok(clustering
         .centroids()?
         .into_iter()
         .map(|c| c.try_into().expect("centroid has DIMS components"))
-        .collect();
+        .collect())
+}
 
+/// Each reference's nearest centroid, converted and assigned a chunk at a time (no copy of all
+/// the references as floats).
+pub fn assign(refs: &References, centroids: &[[f32; DIMS]]) -> anyhow::Result<Vec<u32>> {
     let mut index = FlatIndex::new_l2(DIMS as u32)?;
     index.add(&centroids.concat())?;
-    let mut assignment = Vec::with_capacity(n);
+    let mut assignment = Vec::with_capacity(refs.vectors.len());
     // Chunks keep faiss's distance buffer small.
-    for chunk in data.chunks(DIMS * 65_536) {
-        let labels = index.assign(chunk, 1)?.labels;
+    for chunk in refs.vectors.chunks(65_536) {
+        let labels = index.assign(&as_f32(chunk), 1)?.labels;
         for l in labels {
             let cell = l
                 .get()
@@ -60,5 +57,13 @@ pub fn train_and_assign(
             assignment.push(cell as u32);
         }
     }
-    Ok((centroids, assignment))
+    Ok(assignment)
+}
+
+/// Fixed-point vectors as the real numbers faiss works with.
+fn as_f32(vectors: &[[i16; DIMS]]) -> Vec<f32> {
+    vectors
+        .iter()
+        .flat_map(|v| v.iter().map(|&x| (x as f64 / SCALE) as f32))
+        .collect()
 }

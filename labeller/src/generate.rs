@@ -9,6 +9,13 @@
 //! kilometres written with up to 10 decimals, `requested_at` any day 1-28 of 2026-03..2030-12
 //! at a profile-dependent hour, and 80% of requests with a last transaction 1 minute to 10
 //! years earlier (the generator's `--randomize-payload-dates`, as in the public set).
+//!
+//! [`reference`] draws a labelled reference the way the generator makes its reference file: the
+//! same profiles and ranges but the reference dates (a day 10-27 of 2026-03, a last transaction
+//! 30-719 minutes earlier for legit, 1-9 for fraud, 5-119 for borderline), the request's
+//! vector rounded to 4 decimals, and the label of the profile (a borderline one is fraud with
+//! probability 0.5). The contest's 3,000,000 references are 33.31 % fraud: a fraud ratio of
+//! 0.35 gives 0.95 x 0.35 = 33.25 %.
 
 /// SplitMix64, for reproducible draws.
 pub struct Rng(u64);
@@ -78,13 +85,42 @@ fn number(v: f64) -> String {
     }
 }
 
+/// Share of non-legit references ([`reference`]), from the contest references' fraud share.
+pub const REFERENCE_FRAUD_RATIO: f64 = 0.35;
+
+/// The dates of a request: a payload's (any day, a last transaction up to 10 years back) or a
+/// reference's (March 2026, a last transaction minutes back, by profile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dates {
+    Payload,
+    Reference,
+}
+
 /// One request body.
 pub fn payload(rng: &mut Rng) -> String {
+    request(rng, FRAUD_RATIO, Dates::Payload).1
+}
+
+/// One labelled reference: its vector (4 decimals) and whether it is fraud.
+pub fn reference(rng: &mut Rng, fraud_ratio: f64) -> ([f64; crate::DIMS], bool) {
+    let (p, body) = request(rng, fraud_ratio, Dates::Reference);
+    let vector = crate::payload::query(body.as_bytes())
+        .unwrap_or_else(|e| panic!("a generated reference is a valid request ({e}): {body}"));
+    let fraud = match p {
+        Profile::Legit => false,
+        Profile::Fraud => true,
+        Profile::Borderline => rng.unit() < 0.5,
+    };
+    (vector, fraud)
+}
+
+/// A request of a profile drawn with `fraud_ratio`, and its body.
+fn request(rng: &mut Rng, fraud_ratio: f64, dates: Dates) -> (Profile, String) {
     use Profile::*;
     let u = rng.unit();
-    let p = if u < 1.0 - FRAUD_RATIO {
+    let p = if u < 1.0 - fraud_ratio {
         Legit
-    } else if u < 1.0 - FRAUD_RATIO * 0.1 {
+    } else if u < 1.0 - fraud_ratio * 0.1 {
         Fraud
     } else {
         Borderline
@@ -103,13 +139,18 @@ pub fn payload(rng: &mut Rng) -> String {
     let (lo, hi) = pick((8.0, 21.0), (0.0, 7.0), (6.0, 23.0));
     let hour = rng.int(lo as i64, hi as i64);
     let (minute, second) = (rng.int(0, 60), rng.int(0, 60));
-    let year = rng.int(2026, 2031);
-    let month = if year == 2026 {
-        rng.int(3, 13)
-    } else {
-        rng.int(1, 13)
+    let (year, month, day) = match dates {
+        Dates::Payload => {
+            let year = rng.int(2026, 2031);
+            let month = if year == 2026 {
+                rng.int(3, 13)
+            } else {
+                rng.int(1, 13)
+            };
+            (year, month, rng.int(1, 29))
+        }
+        Dates::Reference => (2026, 3, rng.int(10, 28)),
     };
-    let day = rng.int(1, 29);
     let requested_at = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z");
     let avg_amount = round2(match p {
         // The generator's legit range is [amount / 0.5, amount * 2], a single point.
@@ -150,7 +191,13 @@ pub fn payload(rng: &mut Rng) -> String {
         let now = crate::time::parse(&requested_at)
             .expect("a valid date")
             .seconds as i64;
-        let back = 60 + (rng.next_u64() % (10 * 365 * 24 * 3600)) as i64;
+        let back = match dates {
+            Dates::Payload => 60 + (rng.next_u64() % (10 * 365 * 24 * 3600)) as i64,
+            Dates::Reference => {
+                let (lo, hi) = pick((30.0, 720.0), (1.0, 10.0), (5.0, 120.0));
+                60 * rng.int(lo as i64, hi as i64)
+            }
+        };
         let (lo, hi) = pick((0.0, 20.0), (200.0, 1000.0), (20.0, 300.0));
         format!(
             r#"{{"timestamp":"{}","km_from_current":{}}}"#,
@@ -163,7 +210,7 @@ pub fn payload(rng: &mut Rng) -> String {
         .map(|m| format!("\"{m}\""))
         .collect::<Vec<_>>()
         .join(",");
-    format!(
+    let body = format!(
         concat!(
             r#"{{"id":"tx-{}","transaction":{{"amount":{},"installments":{},"requested_at":"{}"}},"#,
             r#""customer":{{"avg_amount":{},"tx_count_24h":{},"known_merchants":[{}]}},"#,
@@ -185,7 +232,36 @@ pub fn payload(rng: &mut Rng) -> String {
         card_present,
         number(km_home),
         last
-    )
+    );
+    (p, body)
+}
+
+/// Writes `count` references drawn from `seed` as the contest's references file (one JSON
+/// array of `{"vector": [14 numbers], "label": "fraud" | "legit"}`, numbers as the generator
+/// writes them), streamed; `progress` is told how many are written. Returns how many are fraud.
+pub fn write_references(
+    out: &mut impl std::io::Write,
+    count: usize,
+    seed: u64,
+    progress: &dyn Fn(usize),
+) -> std::io::Result<usize> {
+    let mut rng = Rng::new(seed);
+    let mut frauds = 0;
+    out.write_all(b"[")?;
+    for i in 0..count {
+        let (v, fraud) = reference(&mut rng, REFERENCE_FRAUD_RATIO);
+        frauds += usize::from(fraud);
+        let sep = if i == 0 { "" } else { "," };
+        let numbers: Vec<String> = v.iter().map(|&x| number(x)).collect();
+        let label = if fraud { "fraud" } else { "legit" };
+        write!(out, r#"{sep}{{"vector":[{}],"label":"{label}"}}"#, numbers.join(","))?;
+        if i % 65_536 == 0 {
+            progress(i);
+        }
+    }
+    out.write_all(b"]\n")?;
+    progress(count);
+    Ok(frauds)
 }
 
 /// `n` request bodies from `seed`.
@@ -216,6 +292,32 @@ mod tests {
         // 20% without a last transaction, ~40% fraud-profile amounts (0.9 x 0.45).
         assert!((300..500).contains(&last_null), "{last_null}");
         assert!((650..950).contains(&fraud_like), "{fraud_like}");
+    }
+
+    #[test]
+    fn references_follow_the_generators_reference_profiles() {
+        let mut out = Vec::new();
+        let frauds = write_references(&mut out, 20_000, 3, &|_| {}).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        assert_eq!(rows.len(), 20_000);
+        // 0.95 x 0.35 fraud; a fifth with the -1 sentinel; legit rows' amount/avg is 0.5 (0.05).
+        assert!((6_300..7_000).contains(&frauds), "{frauds}");
+        let (mut sentinel, mut legit_ratio) = (0, 0);
+        for r in &rows {
+            let v: Vec<f64> = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            assert_eq!(v.len(), 14);
+            assert!(v.iter().all(|x| (x * 1e4 - (x * 1e4).round()).abs() < 1e-6), "4 decimals: {v:?}");
+            sentinel += usize::from(v[5] == -1.0);
+            // Reference dates: the last transaction at most 719 minutes back, under 0.5 of a day.
+            assert!(v[5] == -1.0 || v[5] < 0.5, "{v:?}");
+            legit_ratio += usize::from(r["label"] == "legit" && v[2] == 0.05);
+        }
+        assert!((3_600..4_400).contains(&sentinel), "{sentinel}");
+        assert!(legit_ratio > 10_000, "{legit_ratio}");
+        assert!(text.starts_with(r#"[{"vector":["#) && text.ends_with("}]\n"));
+        // Payloads still draw as before (the committed final-shape set was made from them).
+        assert_eq!(payloads(3, 2026), payloads(3, 2026));
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //! `labeller generate-csv --count N --seed S --out FILE.csv.gz` draws N requests from the contest
 //! generator's distributions and writes them, labelled, in the contest's CSV layout
 //! (`tests/data/final-test-data.csv.gz` is made this way; its README has the command).
+//!
+//! `labeller generate-references --count N --seed S --out FILE.json.gz` writes N labelled
+//! references drawn the way the contest's generator draws its reference file, in its JSON
+//! layout (gzip when FILE ends in .gz), streamed: reference sets of any size for the scaling
+//! measurements (docs/SCALING.md).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -54,6 +59,16 @@ enum Command {
         /// The contest's references (their SHA-256 is checked).
         #[arg(long, default_value = "resources/references.json.gz")]
         references: PathBuf,
+    },
+    /// Write COUNT references drawn the way the contest's generator draws its reference file
+    /// (seeded), labelled by their profile, in its JSON layout (gzip when OUT ends in .gz).
+    GenerateReferences {
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -95,7 +110,41 @@ fn main() -> Result<()> {
             out,
             references,
         } => generate_csv(count, seed, &out, &references),
+        Command::GenerateReferences { count, seed, out } => generate_references(count, seed, &out),
     }
+}
+
+fn generate_references(count: usize, seed: u64, out: &Path) -> Result<()> {
+    use std::io::Write;
+    let started = std::time::Instant::now();
+    let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
+    let bar = indicatif::ProgressBar::new(count as u64).with_style(
+        indicatif::ProgressStyle::with_template("generating [{bar:40}] {pos}/{len} ({eta})")?
+            .progress_chars("=> "),
+    );
+    let progress = |done: usize| bar.set_position(done as u64);
+    use labeller::generate::write_references as write;
+    let frauds = if out.extension().is_some_and(|e| e == "gz") {
+        // Fast compression: a 30M set is ~4.5 GB of JSON.
+        let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+        let frauds = write(&mut gz, count, seed, &progress)?;
+        gz.finish()?.flush()?;
+        frauds
+    } else {
+        let frauds = write(&mut file, count, seed, &progress)?;
+        file.flush()?;
+        frauds
+    };
+    bar.finish_and_clear();
+    eprintln!(
+        "wrote {} references ({frauds} fraud, {:.2} %) to {} in {:.1} s",
+        count,
+        100.0 * frauds as f64 / count.max(1) as f64,
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn generate_csv(count: usize, seed: u64, out: &Path, refs_path: &Path) -> Result<()> {
