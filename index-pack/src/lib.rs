@@ -116,7 +116,11 @@ pub fn build(
 /// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
 #[cfg(feature = "pack")]
 pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
-    Ok(format::to_artifact(&build(refs, opts, &mut Phases::default())?))
+    Ok(format::to_artifact(&build(
+        refs,
+        opts,
+        &mut Phases::default(),
+    )?))
 }
 
 /// SHA-256 of a byte string, as hex.

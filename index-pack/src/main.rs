@@ -141,7 +141,10 @@ fn build(
         read_s: started.elapsed().as_secs_f64(),
         ..Phases::default()
     };
-    let (n, frauds) = (refs.vectors.len(), refs.fraud.iter().filter(|&&f| f).count());
+    let (n, frauds) = (
+        refs.vectors.len(),
+        refs.fraud.iter().filter(|&&f| f).count(),
+    );
     eprintln!(
         "read {n} references ({frauds} fraud) in {:.1} s, source SHA-256 {}",
         phases.read_s,
@@ -169,7 +172,13 @@ fn build(
         format::hex(&h.finalize())
     };
     let (peak_rss_mb, total_s) = (peak_rss_mb(), started.elapsed().as_secs_f64());
-    let Phases { read_s, kmeans_s, assign_s, layout_s, write_s } = &phases;
+    let Phases {
+        read_s,
+        kmeans_s,
+        assign_s,
+        layout_s,
+        write_s,
+    } = &phases;
     eprintln!(
         "wrote {} ({bytes} bytes) in {total_s:.1} s: read {read_s:.1} s, k-means {kmeans_s:.1} s, \
          assignment {assign_s:.1} s, layout {layout_s:.1} s, write {write_s:.1} s; peak memory \

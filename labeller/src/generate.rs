@@ -254,7 +254,11 @@ pub fn write_references(
         let sep = if i == 0 { "" } else { "," };
         let numbers: Vec<String> = v.iter().map(|&x| number(x)).collect();
         let label = if fraud { "fraud" } else { "legit" };
-        write!(out, r#"{sep}{{"vector":[{}],"label":"{label}"}}"#, numbers.join(","))?;
+        write!(
+            out,
+            r#"{sep}{{"vector":[{}],"label":"{label}"}}"#,
+            numbers.join(",")
+        )?;
         if i % 65_536 == 0 {
             progress(i);
         }
@@ -305,9 +309,17 @@ mod tests {
         assert!((6_300..7_000).contains(&frauds), "{frauds}");
         let (mut sentinel, mut legit_ratio) = (0, 0);
         for r in &rows {
-            let v: Vec<f64> = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            let v: Vec<f64> = r["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
             assert_eq!(v.len(), 14);
-            assert!(v.iter().all(|x| (x * 1e4 - (x * 1e4).round()).abs() < 1e-6), "4 decimals: {v:?}");
+            assert!(
+                v.iter().all(|x| (x * 1e4 - (x * 1e4).round()).abs() < 1e-6),
+                "4 decimals: {v:?}"
+            );
             sentinel += usize::from(v[5] == -1.0);
             // Reference dates: the last transaction at most 719 minutes back, under 0.5 of a day.
             assert!(v[5] == -1.0 || v[5] < 0.5, "{v:?}");

@@ -117,7 +117,8 @@ fn main() -> Result<()> {
 fn generate_references(count: usize, seed: u64, out: &Path) -> Result<()> {
     use std::io::Write;
     let started = std::time::Instant::now();
-    let file = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let file =
+        std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
     let bar = indicatif::ProgressBar::new(count as u64).with_style(
         indicatif::ProgressStyle::with_template("generating [{bar:40}] {pos}/{len} ({eta})")?
