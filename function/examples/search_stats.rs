@@ -6,6 +6,7 @@
 //! (`PARK=0` proves the 5 neighbours instead of the vote; `PREFETCH=0` turns prefetching off;
 //! `MIXED=1` keeps only the payloads whose vote is mixed.)
 //! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
+//! (`JSON=1` ends with one JSON line of the figures: `cargo measure scale` reads it.)
 
 use function::search::{SearchParams, Searcher};
 use function::{payload, vector};
@@ -88,18 +89,20 @@ fn main() {
             replayed.push(st.replayed as u64);
         }
     }
+    // Every figure shown, for the JSON line: name -> (mean, p50, p90, p99, max).
+    let shown = std::cell::RefCell::new(serde_json::Map::new());
     let show = |name: &str, v: &mut Vec<u64>| {
         v.sort_unstable();
         let p = |x: f64| v[((v.len() as f64 * x) as usize).min(v.len() - 1)];
         // The mean is what a served instance pays per request in CPU.
         let mean = v.iter().sum::<u64>() / v.len() as u64;
+        let (p50, p90, p99, max) = (p(0.5), p(0.9), p(0.99), v[v.len() - 1]);
         println!(
-            "{name:<16} mean {mean:>8}  p50 {:>8}  p90 {:>8}  p99 {:>8}  max {:>8}",
-            p(0.5),
-            p(0.9),
-            p(0.99),
-            v[v.len() - 1]
+            "{name:<16} mean {mean:>8}  p50 {p50:>8}  p90 {p90:>8}  p99 {p99:>8}  max {max:>8}"
         );
+        let figures =
+            serde_json::json!({"mean": mean, "p50": p50, "p90": p90, "p99": p99, "max": max});
+        shown.borrow_mut().insert(name.to_string(), figures);
     };
     println!(
         "park {park}, prefetch {prefetch}, kernels {}",
@@ -165,6 +168,17 @@ fn main() {
     show("bytes touched", &mut bytes);
     show("parked", &mut parked);
     show("replayed", &mut replayed);
+    if std::env::var_os("JSON").is_some() {
+        let figures = serde_json::json!({
+            "references": idx.header.n_refs.to_native(),
+            "queries": bodies.len(),
+            "kernels": searcher.kernels_name(),
+            "evict_kb": evict.len() >> 10,
+            "figures": shown.borrow().clone(),
+        });
+        println!("{figures}");
+        return;
+    }
     // The search time by vote: a mixed vote needs the boundary between the labels explored.
     for (frauds, v) in by_vote.iter_mut().enumerate() {
         if !v.is_empty() {

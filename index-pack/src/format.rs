@@ -14,22 +14,26 @@
 //! once where reading the whole artifact is acceptable (the build script, `index-pack inspect`, a server's
 //! `--prefault` start) rather than on every cold start.
 //!
-//! # Layout (an IVF index, split the FAISS way)
+//! # Layout (partitions, inverted lists, a scalar codec: the FAISS split)
 //! - **Partitions**: the references split by *key* (the three binary dimensions is_online,
 //!   card_present, unknown_merchant) and by label. Every row of a partition shares the key, so
 //!   those dimensions are not stored per row: their contribution to a distance is one constant
 //!   per partition; and every row shares the label, so the vote-aware search can set a whole
 //!   partition aside while the running vote cannot change (`function::search`).
-//! - **Coarse quantizer**: `centroids`, the k-means cells the packer trained over all references.
-//! - **Inverted lists**: the rows of one partition in one cell. Inside a list, k-d splits cut
-//!   *blocks* of at most `block_rows` rows.
+//! - **Inverted lists**: the rows of one partition in one k-means cell (the packer's coarse
+//!   quantizer). Inside a list, k-d splits cut *blocks* of at most `block_rows` rows.
 //! - **Tree**: each partition is one tree of fan-out [`FANOUT`]: its upper nodes group the
-//!   partition's lists by their centroids, its lower nodes group each list's blocks by k-d
+//!   partition's lists by their rows' means, its lower nodes group each list's blocks by k-d
 //!   splits, and the leaves are the blocks. A node stores its children's exact bounding boxes
 //!   transposed in one [`BoundsGroup`], so one kernel call bounds all 8. The boxes give exact
-//!   lower bounds on the distance of every vector below, which is what makes the search exact.
+//!   lower bounds on the distance of every vector below, which is what makes the search exact:
+//!   it walks the trees best first by those bounds and never reads a centroid.
 //! - **Scalar codec**: `codes`, the remaining [`ROW_DIMS`] of each row in [`GROUP_ROWS`]-row
 //!   groups, either exact i16 (value x 10000) or IEEE half floats.
+//! - **What the search does not read**: `centroids`, the cells the packer trained over all
+//!   references, and `lists`, where each list lies in the slots. They record how the rows were
+//!   grouped, for `index-pack inspect` and the layout's tests; `open` holds `lists` consistent
+//!   with the partitions and the centroids.
 //!
 //! Rows live in *slots*, in the order of a depth-first walk of each tree, so what one subtree
 //! holds is contiguous. Each list starts on a group boundary; every block but the last of a list
@@ -38,25 +42,25 @@
 //! padding from its slot number without loading the id. A node's child nodes have consecutive
 //! indices, so the nodes one query expands tend to share pages.
 //!
-//! # Invariants a reader may rely on (checked by [`open`], [`verify_deep`] or the packer)
-//! - Every stored value v satisfies -10000 <= v <= 10000; dimensions other than 5 and 6 are >= 0.
-//!   With queries in the same domain, every squared distance in fixed point is <= 2.0e9, so it
-//!   fits an `i32` (see `MAX_DISTANCE`).
+//! # Invariants a reader may rely on (checked by [`open`] or [`verify_deep`])
+//! - Every stored value v satisfies -10000 <= v <= 10000; dimensions other than 5 and 6 are >= 0;
+//!   padding lanes are 0 (`verify_deep`). With queries in the same domain, every squared distance
+//!   in fixed point is <= 2.0e9, so it fits an `i32` (see `MAX_DISTANCE`).
 //! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding; the
 //!   label bit equals the partition's (`verify_deep`).
 //! - Partitions are ordered by (key, label) and tile the slots; each tree reaches each of its
 //!   nodes and blocks once, and its blocks lie in its partition's slots (`open`); every box
-//!   contains what lies below it (`verify_deep`, which the build script runs).
-//! - Version 3 (this one) split the references by label into partitions with one tree each;
-//!   version 2 had per-key lists with two fixed box levels (super-blocks of 8 blocks, blocks);
-//!   version 1 ordered lists by cell and stored one box per block.
+//!   contains what lies below it, every real row lies in a block and no block holds padding
+//!   (`verify_deep`, which the build script runs).
+//! - Offsets inside the archive are 64-bit (rkyv's `pointer_width_64`), so an artifact may be
+//!   larger than 2 GiB (some 70M references and more).
 
 use rkyv::{Archive, Deserialize, Serialize};
 
 /// Magic bytes at the start of the footer.
 pub const MAGIC: [u8; 8] = *b"FRDIDX\r\n";
-/// Version of the layout below. Bump it on any change to the archived types.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version of the layout below. Bump it on any change to the archived types (4: 64-bit offsets).
+pub const FORMAT_VERSION: u32 = 4;
 /// Size of the footer that ends every artifact.
 pub const FOOTER_LEN: usize = 32;
 /// Alignment the archive needs in memory (the SIMD groups are 32-byte aligned).

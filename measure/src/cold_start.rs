@@ -30,7 +30,7 @@ const QUERIES: usize = 100;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Mode {
+pub enum Mode {
     Lazy,
     Prefault,
 }
@@ -43,15 +43,15 @@ const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration
     warm_duration_sum_ms rss_file_mb";
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-struct Start {
-    mode: Mode,
-    v: [f64; 12],
+pub struct Start {
+    pub mode: Mode,
+    pub v: [f64; 12],
 }
 
 #[derive(Serialize)]
-struct Summary {
-    starts: usize,
-    median: Start,
+pub struct Summary {
+    pub starts: usize,
+    pub median: Start,
 }
 
 #[derive(Serialize)]
@@ -70,25 +70,10 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.starts > 0, "need --starts >= 1");
     let t = Instant::now();
     drop_caches().context("dropping the page cache needs root")?;
-    let (tools, pkg) = (Tools::ensure()?, package::build(a.skip_build)?);
-    // GET /ready, then the queries in the Function URL format (the default endpoint), twice.
-    let queries = events::replay(QUERIES, false, |_| 2)?;
-    let sent = [vec![events::ready("function-url")?], queries.clone(), queries].concat();
-    let (bodies, cases): (Vec<_>, Vec<_>) = sent.into_iter().unzip();
-    let (want, defaults) = (logs::expected(&pkg.index_artifact)?, sam::defaults()?);
+    let pkg = package::build(a.skip_build)?;
     let loadavg_before = util::loadavg();
     log!("load average before: {loadavg_before}");
-    let mut starts = Vec::new();
-    for i in 0..a.starts {
-        for mode in [[Mode::Lazy, Mode::Prefault], [Mode::Prefault, Mode::Lazy]][i % 2] {
-            let settings = Settings { prefault: mode == Mode::Prefault, ..defaults.clone() };
-            let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
-            drop_caches()?;
-            let run = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
-            starts.push(one_start(&run, &cases, &want, i, mode)?);
-        }
-    }
-    let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
+    let (starts, summary) = cold_starts(&pkg, a.starts)?;
     let (date, bootstrap_sha256) = (util::date(), pkg.sha256.clone());
     let (names, queries) = (FIGURES, QUERIES);
     let batch =
@@ -100,6 +85,29 @@ pub fn run(a: Args) -> Result<()> {
         log!("wrote {}", path.display());
     }
     util::verdict("measure cold-start", true, &figures(&batch, t.elapsed().as_secs_f64()), &batch)
+}
+
+/// `n` starts per mode of the package's bootstrap, alternated, each from cold storage; their
+/// figures and the medians per mode (lazy, prefault).
+pub fn cold_starts(pkg: &package::Package, n: usize) -> Result<(Vec<Start>, Vec<Summary>)> {
+    let tools = Tools::ensure()?;
+    // GET /ready, then the queries in the Function URL format (the default endpoint), twice.
+    let queries = events::replay(QUERIES, false, |_| 2)?;
+    let sent = [vec![events::ready("function-url")?], queries.clone(), queries].concat();
+    let (bodies, cases): (Vec<_>, Vec<_>) = sent.into_iter().unzip();
+    let (want, defaults) = (logs::expected(&pkg.index_artifact)?, sam::defaults()?);
+    let mut starts = Vec::new();
+    for i in 0..n {
+        for mode in [[Mode::Lazy, Mode::Prefault], [Mode::Prefault, Mode::Lazy]][i % 2] {
+            let settings = Settings { prefault: mode == Mode::Prefault, ..defaults.clone() };
+            let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
+            drop_caches()?;
+            let run = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
+            starts.push(one_start(&run, &cases, &want, i, mode)?);
+        }
+    }
+    let summary = [Mode::Lazy, Mode::Prefault].map(|m| summarize(m, &starts)).into();
+    Ok((starts, summary))
 }
 
 /// One start's figures: init, the queries, the same queries warm.
@@ -125,7 +133,7 @@ fn one_start(run: &Session, cases: &[Case], want: &Init, i: usize, mode: Mode) -
     Ok(Start { mode, v })
 }
 
-fn drop_caches() -> Result<()> {
+pub fn drop_caches() -> Result<()> {
     util::run(&cmd!("sync"))?;
     Ok(std::fs::write("/proc/sys/vm/drop_caches", "3")?)
 }

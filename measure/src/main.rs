@@ -7,6 +7,7 @@ mod bench;
 mod cold_start;
 mod plot;
 mod sam_local;
+mod scale;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -45,6 +46,12 @@ enum Command {
     SamLocal(sam_local::Args),
     /// Benchmarks (criterion) of the search against brute force and faiss.
     Bench,
+    /// The function over reference sets of other sizes: packing, search, exactness, the index
+    /// in the binary, the Lambda's cold start; a record and a log-log chart (docs/SCALING.md).
+    Scale(scale::Args),
+    /// The shipped build alone (what `scale` times under GNU time).
+    #[command(hide = true)]
+    ShippedBuild,
 }
 
 fn main() -> Result<()> {
@@ -58,6 +65,8 @@ fn main() -> Result<()> {
         Command::ColdStart(a) => cold_start::run(a),
         Command::SamLocal(a) => sam_local::run(a),
         Command::Bench => bench::run(),
+        Command::Scale(a) => scale::run(a),
+        Command::ShippedBuild => xtask::util::build_shipped().map(drop),
     }
 }
 

@@ -1,10 +1,13 @@
 //! The four inner loops of the search, each in a portable scalar form and an AVX2 form.
 //!
-//! All distances are fixed-point squared L2 (units of 1e-8) in `i32`. The index format
-//! guarantees every value lies in [-10000, 10000] (dims other than 5 and 6 in [0, 10000]) and
-//! the query comes from the same domain, so per-lane differences fit an `i16`, and a whole
-//! distance, key constant included, is at most `MAX_DISTANCE` = 2.0e9 < `i32::MAX`: no kernel
-//! can overflow, which is why the AVX2 code may use wrapping 16-bit subtraction and `madd`.
+//! All distances are fixed-point squared L2 (units of 1e-8) in `i32`. Every value of an index
+//! lies in [-10000, 10000] (dims other than 5 and 6 in [0, 10000]): the packer writes only
+//! such values and `index_pack::format::verify_deep` refuses an artifact with any other (the
+//! build script runs it on every embedded artifact, the prefault and huge-page residencies on
+//! the bytes served); the query comes from the same domain (the vectorizer clamps). So
+//! per-lane differences fit an `i16`, and a whole distance, key constant included, is at most
+//! `MAX_DISTANCE` = 2.0e9 < `i32::MAX`: no kernel can overflow, which is why the AVX2 code may
+//! use wrapping 16-bit subtraction and `madd`.
 //!
 //! The AVX2 forms are compiled with `#[target_feature]` and are only reachable through
 //! [`Avx2::new`], which checks the CPU at run time. A test compares every kernel with its scalar

@@ -21,20 +21,26 @@
 //!    then index); [`Searcher::frauds`] needs only the set and skips it, and when no tie
 //!    crosses 5th place it counts the running top 5 without ordering anything.
 //! 4. **The vote, not the neighbours** ([`Searcher::frauds`]). Let `T` be the top 5 of what was
-//!    scanned so far, counted with every candidate tied at `t`, and for a label X let
-//!    `bound(X)` be the largest distance of a candidate *of the other label* in `T` (-1 if
-//!    there is none; unbounded while fewer than 5 are known). A reference x of label X with
-//!    D(x) > bound(X) ranks after every other-label member of `T` (a larger integer distance is
-//!    a larger f64 distance), so adding it to the scanned set can only push out a member of its
-//!    own label, or nothing: the number of frauds in `T` stays the same, and so does `bound`
-//!    of the other label's candidates, which only falls. By induction over all unscanned
+//!    scanned so far, counted with every candidate tied at `t`, and for a label X let the
+//!    *vote limit* `limit(X)` be the largest distance of a candidate *of the other label* in
+//!    `T` (-1 if there is none; unlimited while fewer than 5 are known). A reference x of label
+//!    X with D(x) > limit(X) ranks after every other-label member of `T` (a larger integer
+//!    distance is a larger f64 distance), so adding it to the scanned set can only push out a
+//!    member of its own label, or nothing: the number of frauds in `T` stays the same, and so
+//!    does the limit of the other label, which only falls. By induction over all unscanned
 //!    references, the count over everything equals the count over the scanned ones as long as
-//!    every unscanned reference x of label X has D(x) > bound(X) at the end. So a subtree
-//!    (all of one label: partitions are split by label) whose box bound exceeds `bound` of its
-//!    label is *parked*, not opened; `bound` can rise when an other-label candidate enters
-//!    `T`, and then every parked subtree whose bound it now reaches is put back (*replayed*).
-//!    When `T` is unanimous, `bound` of its label is -1 and everything of that label is parked:
-//!    the walk only has to show that nothing of the other label lies within `t`.
+//!    every unscanned reference x of label X has D(x) > limit(X) at the end. So a subtree (all
+//!    of one label: partitions are split by label) whose box's lower bound exceeds the limit of
+//!    its label is *parked*, not opened; a limit can rise when an other-label candidate enters
+//!    `T`, and then every parked subtree whose lower bound it now reaches is put back
+//!    (*replayed*). When `T` is unanimous, the limit of its label is -1 and everything of that
+//!    label is parked: the walk only has to show that nothing of the other label lies within
+//!    `t`.
+//!
+//! Names: a box's *lower bound* (on the distance of anything below it), the *threshold* `t`
+//! (the running 5th distance), the *vote limit* of a label (item 4), and the *opening limit* of
+//! a label: what a subtree's lower bound must not exceed for it to be opened (the vote limit
+//! when the walk parks, else the threshold).
 //!
 //! There is no heuristic early stop: the work adapts to the query, the answer does not.
 //!
@@ -71,27 +77,42 @@ pub struct Neighbour {
     pub distance: i64,
 }
 
-/// Search switches. The defaults are the only settings that are both exact and fast; the
-/// others exist to measure what each part gives and to show, in tests, that replay is needed.
+/// Search switches. Every setting is exact; the defaults are the fastest, the others exist to
+/// measure what each part gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchParams {
     /// [`Searcher::frauds`] parks subtrees that cannot change the vote (item 4 of the module
     /// docs). Off, it proves the 5 neighbours as [`Searcher::nearest`] does (same answers).
     pub park: bool,
-    /// Parked subtrees are put back when the vote's bounds reach them. Off, the search is NOT
-    /// exact: for tests that show the replay matters.
-    pub replay: bool,
     /// Prefetch a child's boxes or rows when it enters the heap.
     pub prefetch: bool,
+    /// Parked subtrees are put back when the vote limits reach them. Off, the search is NOT
+    /// exact: only the tests turn it off, to show that the replay is needed.
+    #[cfg(test)]
+    pub(crate) replay: bool,
 }
 
 impl Default for SearchParams {
     fn default() -> Self {
         SearchParams {
             park: true,
-            replay: true,
             prefetch: true,
+            #[cfg(test)]
+            replay: true,
         }
+    }
+}
+
+impl SearchParams {
+    /// Whether parked subtrees are put back: always, outside the tests.
+    #[cfg(not(test))]
+    fn replays(&self) -> bool {
+        true
+    }
+
+    #[cfg(test)]
+    fn replays(&self) -> bool {
+        self.replay
     }
 }
 
@@ -236,7 +257,7 @@ impl<'a> Searcher<'a> {
             let mut s = s.borrow_mut();
             let walk = Walk {
                 park,
-                replay: self.params.replay,
+                replay: self.params.replays(),
                 prefetch: self.params.prefetch,
             };
             match self.simd {
@@ -295,7 +316,7 @@ struct Cand {
 /// subtree, and its partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
-    bound: i32,
+    lower: i32,
     child: ChildRef,
     partition: u16,
     fraud: bool,
@@ -304,9 +325,9 @@ struct Pending {
 /// Per-thread buffers reused across searches (no allocation per query once warm).
 #[derive(Default)]
 struct Scratch {
-    /// Subtrees to open, nearest bound first: `bound << 32 | i` for `pending[i]` (one integer
-    /// compare per heap step; a heap of `Pending` itself compared four fields and cost ~13 % of
-    /// a mixed vote's search, measured with perf).
+    /// Subtrees to open, lowest lower bound first: `lower << 32 | i` for `pending[i]`, so that a
+    /// heap step compares one integer (comparing `Pending`'s four fields costs ~13 % of a mixed
+    /// vote's search, by perf).
     heap: BinaryHeap<Reverse<u64>>,
     pending: Vec<Pending>,
     parked: Vec<Pending>,
@@ -323,10 +344,10 @@ struct Scratch {
     offered: u32,
     /// Whether this walk parks (the vote) or proves the 5 neighbours.
     park: bool,
-    /// The bound a subtree is opened under, by label (legit, fraud): the vote's bound when
-    /// parking, else the threshold. Kept current by `offer` ([`Scratch::update_bounds`]).
-    open_bound: [i32; 2],
-    /// The smallest box bound among parked subtrees, by label (i32::MAX when none).
+    /// The opening limit by label (legit, fraud): the vote limit when parking, else the
+    /// threshold. Kept current by `offer` ([`Scratch::update_limits`]).
+    opening_limit: [i32; 2],
+    /// The lowest lower bound among parked subtrees, by label (i32::MAX when none).
     parked_min: [i32; 2],
     stats: Stats,
 }
@@ -345,7 +366,7 @@ impl Scratch {
         self.tied = 0;
         self.offered = 0;
         self.park = park;
-        self.open_bound = [i32::MAX; 2];
+        self.opening_limit = [i32::MAX; 2];
         self.parked_min = [i32::MAX; 2];
         self.stats = Stats::default();
     }
@@ -356,20 +377,20 @@ impl Scratch {
         self.best[K - 1].0
     }
 
-    /// The bound a subtree of this label is opened under.
+    /// The opening limit of this label: a subtree whose lower bound exceeds it is not opened.
     #[inline(always)]
-    fn bound(&self, fraud: bool) -> i32 {
-        self.open_bound[fraud as usize]
+    fn opening_limit(&self, fraud: bool) -> i32 {
+        self.opening_limit[fraud as usize]
     }
 
-    /// Sets `open_bound`. When parking, the bound of label X is how near a reference of label X
-    /// must be to change the vote: the largest distance of an other-label candidate among the 5
-    /// and the ties at 5th place (module docs, item 4), -1 if there is none; both labels in one
-    /// pass over the 5.
-    fn update_bounds(&mut self) {
+    /// Sets the opening limits. When parking, that of label X is its vote limit, how near a
+    /// reference of label X must be to change the vote: the largest distance of an other-label
+    /// candidate among the 5 and the ties at 5th place (module docs, item 4), -1 if there is
+    /// none; both labels in one pass over the 5.
+    fn update_limits(&mut self) {
         let t = self.threshold();
         if !self.park || t == i32::MAX {
-            self.open_bound = [t; 2];
+            self.opening_limit = [t; 2];
             return;
         }
         let mut largest = [-1; 2];
@@ -383,7 +404,7 @@ impl Scratch {
                 largest[!fraud as usize]
             }
         };
-        self.open_bound = [other(false), other(true)];
+        self.opening_limit = [other(false), other(true)];
     }
 
     #[inline]
@@ -408,7 +429,7 @@ impl Scratch {
         } else {
             self.tied |= label_bit(fraud);
         }
-        self.update_bounds();
+        self.update_limits();
         self.cands.push(Cand { dist, slot });
         if self.cands.len() >= 64 {
             let t = self.threshold();
@@ -447,10 +468,10 @@ impl Scratch {
     /// Files a subtree: into the heap, parked, or nowhere (too far for anything).
     #[inline(always)]
     fn file(&mut self, p: Pending) -> bool {
-        if p.bound > self.threshold() {
+        if p.lower > self.threshold() {
             return false;
         }
-        if p.bound > self.bound(p.fraud) {
+        if p.lower > self.opening_limit(p.fraud) {
             self.park_it(p);
             return false;
         }
@@ -459,9 +480,9 @@ impl Scratch {
     }
 
     fn push(&mut self, p: Pending) {
-        // Bounds are at most MAX_DISTANCE < 2^31 and never negative here.
+        // Lower bounds are at most MAX_DISTANCE < 2^31 and never negative.
         self.heap
-            .push(Reverse((p.bound as u64) << 32 | self.pending.len() as u64));
+            .push(Reverse((p.lower as u64) << 32 | self.pending.len() as u64));
         self.pending.push(p);
     }
 
@@ -473,26 +494,27 @@ impl Scratch {
     fn park_it(&mut self, p: Pending) {
         self.stats.parked += 1;
         let m = &mut self.parked_min[p.fraud as usize];
-        *m = (*m).min(p.bound);
+        *m = (*m).min(p.lower);
         self.parked.push(p);
     }
 
-    /// Puts back every parked subtree the vote's bounds now reach.
+    /// Puts back every parked subtree the opening limits now reach.
     fn replay(&mut self) {
-        if self.parked_min[0] > self.open_bound[0] && self.parked_min[1] > self.open_bound[1] {
+        if self.parked_min[0] > self.opening_limit[0] && self.parked_min[1] > self.opening_limit[1]
+        {
             return;
         }
         self.parked_min = [i32::MAX; 2];
         let mut i = 0;
         while i < self.parked.len() {
             let p = self.parked[i];
-            if p.bound <= self.bound(p.fraud) {
+            if p.lower <= self.opening_limit(p.fraud) {
                 self.parked.swap_remove(i);
                 self.stats.replayed += 1;
                 self.push(p);
             } else {
                 let m = &mut self.parked_min[p.fraud as usize];
-                *m = (*m).min(p.bound);
+                *m = (*m).min(p.lower);
                 i += 1;
             }
         }
@@ -567,6 +589,25 @@ fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
     out
 }
 
+/// What every step of one search reads: the kernels, the index, how the walk goes, the query
+/// (prepared for the kernels) and the key constants of its partitions.
+#[derive(Clone, Copy)]
+struct Ctx<'a, S> {
+    k: S,
+    index: &'a ArchivedIndex,
+    walk: Walk,
+    prep: &'a Prepared,
+    keyc: &'a [i32; KEYS],
+}
+
+impl<S> Ctx<'_, S> {
+    /// The key constant of a partition.
+    #[inline(always)]
+    fn key_constant(&self, partition: u16) -> i32 {
+        self.keyc[self.index.partitions[partition as usize].key.to_native() as usize]
+    }
+}
+
 #[inline(always)]
 fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
     s.reset(walk.park);
@@ -576,12 +617,19 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
     }
     let prep = Prepared::new(lanes);
     let keyc = key_constants(q);
+    let cx = Ctx {
+        k,
+        index,
+        walk,
+        prep: &prep,
+        keyc: &keyc,
+    };
 
     for (i, p) in index.partitions.iter().enumerate() {
         s.stats.boxes_tested += 1;
-        let bound = keyc[p.key.to_native() as usize] + k.box_lower_bound(bounds(&p.bounds), &prep);
+        let lower = keyc[p.key.to_native() as usize] + k.box_lower_bound(bounds(&p.bounds), &prep);
         let pending = Pending {
-            bound,
+            lower,
             child: p.root.to_native(),
             partition: i as u16,
             fraud: p.fraud,
@@ -591,16 +639,15 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
         }
     }
     while let Some(p) = s.pop() {
-        if p.bound > s.threshold() {
+        if p.lower > s.threshold() {
             break; // everything left in the heap is at least as far
         }
-        if p.bound > s.bound(p.fraud) {
-            // Filed before the vote's bound fell below it.
+        if p.lower > s.opening_limit(p.fraud) {
+            // Filed before the opening limit fell below it.
             s.park_it(p);
             continue;
         }
-        let kc = keyc[index.partitions[p.partition as usize].key.to_native() as usize];
-        dive(k, index, walk, p, kc, &prep, s);
+        dive(cx, p, s);
     }
 }
 
@@ -609,18 +656,11 @@ const MAX_DIVE: usize = 24;
 
 /// From subtree `p`, follows the nearest child down to a block and scans it, then files every
 /// other child met on the way (into the heap, parked, or pruned) under the threshold the scan
-/// left: siblings are filed once the bound is tight, so most are pruned without a heap entry.
-#[allow(clippy::too_many_arguments)]
+/// left: siblings are filed once the threshold is tight, so most are pruned without a heap entry.
 #[inline(always)]
-fn dive<S: Kernels>(
-    k: S,
-    index: &ArchivedIndex,
-    walk: Walk,
-    p: Pending,
-    kc: i32,
-    prep: &Prepared,
-    s: &mut Scratch,
-) {
+fn dive<S: Kernels>(cx: Ctx<'_, S>, p: Pending, s: &mut Scratch) {
+    let (k, index) = (cx.k, cx.index);
+    let kc = cx.key_constant(p.partition);
     // The path lives in the scratch: a fresh array would be zeroed on every dive.
     let mut path = std::mem::take(&mut s.path);
     path.clear();
@@ -629,7 +669,7 @@ fn dive<S: Kernels>(
         let n = cur as usize;
         s.stats.nodes_expanded += 1;
         let children = &index.node_children[n];
-        let lbs = k.boxes_lower_bound(bounds_group(&index.node_bounds[n]), prep);
+        let lbs = k.boxes_lower_bound(bounds_group(&index.node_bounds[n]), cx.prep);
         let mut best = 0;
         for c in 1..GROUP_ROWS {
             if children[c].to_native() == NO_CHILD {
@@ -641,8 +681,8 @@ fn dive<S: Kernels>(
         }
         // Once the threshold is finite, the siblings that may be opened after this dive start
         // loading now, while the dive goes on.
-        if walk.prefetch && s.threshold() != i32::MAX {
-            let open = s.bound(p.fraud) - kc;
+        if cx.walk.prefetch && s.threshold() != i32::MAX {
+            let open = s.opening_limit(p.fraud) - kc;
             for c in 0..GROUP_ROWS {
                 let child = children[c].to_native();
                 if child == NO_CHILD {
@@ -654,7 +694,7 @@ fn dive<S: Kernels>(
             }
         }
         // Too far to open now (or too deep): it is filed with its siblings below.
-        let stop = kc + lbs[best] > s.bound(p.fraud) || path.len() + 1 == MAX_DIVE;
+        let stop = kc + lbs[best] > s.opening_limit(p.fraud) || path.len() + 1 == MAX_DIVE;
         path.push((cur, lbs, if stop { usize::MAX } else { best }));
         if stop {
             break;
@@ -663,8 +703,8 @@ fn dive<S: Kernels>(
     }
     if cur & BLOCK_BIT != 0 {
         let offered = s.offered;
-        scan_block(k, index, (cur & !BLOCK_BIT) as usize, kc, p.fraud, prep, s);
-        if walk.replay && s.offered != offered && !s.parked.is_empty() {
+        scan_block(cx, (cur & !BLOCK_BIT) as usize, kc, p.fraud, s);
+        if cx.walk.replay && s.offered != offered && !s.parked.is_empty() {
             s.replay();
         }
     }
@@ -679,7 +719,7 @@ fn dive<S: Kernels>(
                 continue;
             }
             let pending = Pending {
-                bound: kc + lbs[c],
+                lower: kc + lbs[c],
                 child,
                 ..p
             };
@@ -711,15 +751,8 @@ fn prefetch_child(index: &ArchivedIndex, child: ChildRef) {
 
 /// Scans the rows of a block whose box passed; `c` is its partition's key constant.
 #[inline(always)]
-fn scan_block<S: Kernels>(
-    k: S,
-    index: &ArchivedIndex,
-    b: usize,
-    c: i32,
-    fraud: bool,
-    prep: &Prepared,
-    s: &mut Scratch,
-) {
+fn scan_block<S: Kernels>(cx: Ctx<'_, S>, b: usize, c: i32, fraud: bool, s: &mut Scratch) {
+    let (k, index, prep) = (cx.k, cx.index, cx.prep);
     s.stats.blocks_scanned += 1;
     let block = &index.blocks[b];
     let start = block.first_slot.to_native() as usize;

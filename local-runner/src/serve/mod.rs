@@ -15,8 +15,10 @@
 //! | head started but not complete within `--header-timeout-ms` | 408 `{"error":"request head not received in time"}`, then close |
 //! | body not complete within `--body-timeout-ms` after its head | 408 `{"error":"body not received in time"}`, then close |
 //! | idle keep-alive connection for `--header-timeout-ms`       | closed |
-//! | answers not read by the client for `--body-timeout-ms`     | closed |
-//! | `--max-connections` already open                           | 503 `{"error":"too many connections"}`, then close |
+//! | answers not taken by the client within `--send-timeout-ms` | closed |
+//! | `--max-connections` already open, none unproductive        | 503 `{"error":"too many connections"}`, then close |
+//! | `--max-connections` open, one delivered nothing for 1 s    | that one gets the 503 (or is closed if idle); the new one is served |
+//! | connections hold `--memory-budget-mb`                      | 503 `{"error":"server busy"}` for new ones and for the one that grows, then close |
 //! | everything else                                            | whatever the handler says (200, 400, 404, 405, 415) |
 //!
 //! Every complete request before a refused one on the same connection gets its own answer
@@ -27,10 +29,10 @@
 //! and cross-thread wake-ups, and the search keeps its scratch in a `thread_local`. The loop is
 //! mio (edge-triggered epoll) with httparse: per request one `epoll_wait`, one `read`, one
 //! `write`, no allocation, no task or timer bookkeeping. Against hyper 1 on a current-thread
-//! tokio runtime (the server of commit 92b251a), side by side in full replica runs, it cut the
-//! API's CPU per request by 24 % (docs/results/2026-11-30-api-cpu-levers.md); hyper also closed
-//! the connection without an answer on a malformed or oversized head, and dropped the answers
-//! of pipelined requests before one (docs/FUZZING.md, "What fuzzing found").
+//! tokio runtime, side by side in full replica runs, it takes 24 % less of the API's CPU per
+//! request (docs/results/2026-11-30-api-cpu-levers.md, which names the hyper server measured);
+//! hyper also closes the connection without an answer on a malformed or oversized head, and
+//! drops the answers of pipelined requests before one (docs/FUZZING.md, "What fuzzing found").
 //!
 //! Modules: [`config`] (listen address, limits), [`listener`] (sockets), [`http1`] (the protocol
 //! for one connection, without I/O), [`answer`] (the app behind it and the readiness flag),

@@ -305,8 +305,7 @@ fn slowhttptest_stats(csv: &str) -> Attacker {
     let rows: Vec<Vec<&str>> =
         csv.lines().skip(1).map(|l| l.split(',').map(str::trim).collect()).collect();
     let connected = rows.iter().filter_map(|r| r.get(3)?.parse::<u64>().ok()).max().unwrap_or(0);
-    let available =
-        rows.iter().filter_map(|r| r.get(4)).map(|v| matches!(*v, "YES" | "1")).all(|v| v);
+    let available = rows.iter().filter_map(|r| r.get(4)).all(|v| matches!(*v, "YES" | "1"));
     Attacker { connections: connected, service_available: Some(available), ..Attacker::default() }
 }
 
