@@ -3,6 +3,7 @@
 pub mod emulator;
 pub mod events;
 mod gate;
+pub mod image;
 pub mod logs;
 pub mod package;
 mod preflight;
@@ -28,9 +29,15 @@ enum Command {
     /// emulator tests. Refuses a bootstrap over Lambda's zip limit (the image path takes it).
     Build {
         /// Also copy the binary here as `bootstrap` (SAM's ARTIFACTS_DIR, from the Makefile).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "image")]
         artifacts_dir: Option<PathBuf>,
+        /// Package for the container image instead (template-image.yaml): no zip limit; the
+        /// image's Dockerfile goes beside the bootstrap in target/lambda-package.
+        #[arg(long)]
+        image: bool,
     },
+    /// Write template-image.yaml from template.yaml (the function as a container image).
+    ImageTemplate,
     /// Before `sam deploy`: the account's concurrency and the ReservedConcurrency it allows.
     Preflight,
 }
@@ -38,11 +45,20 @@ enum Command {
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         None => gate::run(args.ci),
-        Some(Command::Build { artifacts_dir }) => {
+        Some(Command::ImageTemplate) => {
+            image::write_template()?;
+            util::verdict("lambda image-template", true, image::TEMPLATE, &image::TEMPLATE)
+        }
+        Some(Command::Build { artifacts_dir, image }) => {
             let t = Instant::now();
             let pkg = package::build(false)?;
-            // `sam build` of the zip package comes this way (the Makefile).
-            pkg.fits_a_zip()?;
+            if image {
+                let dockerfile = util::root().join("docker/lambda-image/Dockerfile");
+                std::fs::copy(dockerfile, pkg.dir.parent().unwrap_or(&pkg.dir).join("Dockerfile"))?;
+            } else {
+                // `sam build` of the zip package comes this way (the Makefile).
+                pkg.fits_a_zip()?;
+            }
             if let Some(dir) = artifacts_dir {
                 pkg.copy_to(&dir)?;
             }
