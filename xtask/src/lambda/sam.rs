@@ -49,9 +49,15 @@ impl Tools {
         duct::cmd(&self.sam, args).dir(root()).env("SAM_CLI_TELEMETRY", "0")
     }
 
+    /// `sam validate --lint` of both forms (zip and container image).
     pub fn validate(&self) -> Result<String> {
-        let out = util::read(&self.sam(&["validate", "--lint", "--template", "template.yaml"]))?;
-        Ok(out.trim().into())
+        let mut said = Vec::new();
+        for t in ["template.yaml", super::image::TEMPLATE] {
+            said.push(
+                util::read(&self.sam(&["validate", "--lint", "--template", t]))?.trim().to_string(),
+            );
+        }
+        Ok(said.join("; "))
     }
 
     /// `sam build`: what `sam deploy` uploads. Returns the built bootstrap.
