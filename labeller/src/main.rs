@@ -48,7 +48,8 @@ enum Command {
         check: bool,
     },
     /// Draw COUNT requests from the contest generator's distributions (seeded), label each by
-    /// brute force and write them in the contest's CSV layout (gzip when OUT ends in .gz).
+    /// brute force and write them in the contest's CSV layout, or in its JSON test-file layout
+    /// when OUT ends in .json (gzip when OUT ends in .gz).
     GenerateCsv {
         #[arg(long)]
         count: usize,
@@ -56,9 +57,13 @@ enum Command {
         seed: u64,
         #[arg(long)]
         out: PathBuf,
-        /// The contest's references (their SHA-256 is checked).
+        /// The references (their SHA-256 is checked to be the contest's unless
+        /// --any-references).
         #[arg(long, default_value = "resources/references.json.gz")]
         references: PathBuf,
+        /// Label against any references (a synthetic set).
+        #[arg(long)]
+        any_references: bool,
     },
     /// Write COUNT references drawn the way the contest's generator draws its reference file
     /// (seeded), labelled by their profile, in its JSON layout (gzip when OUT ends in .gz).
@@ -109,7 +114,8 @@ fn main() -> Result<()> {
             seed,
             out,
             references,
-        } => generate_csv(count, seed, &out, &references),
+            any_references,
+        } => generate_csv(count, seed, &out, &references, !any_references),
         Command::GenerateReferences { count, seed, out } => generate_references(count, seed, &out),
     }
 }
@@ -148,7 +154,13 @@ fn generate_references(count: usize, seed: u64, out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn generate_csv(count: usize, seed: u64, out: &Path, refs_path: &Path) -> Result<()> {
+fn generate_csv(
+    count: usize,
+    seed: u64,
+    out: &Path,
+    refs_path: &Path,
+    contest: bool,
+) -> Result<()> {
     let bodies = labeller::generate::payloads(count, seed);
     let queries = bodies
         .iter()
@@ -158,7 +170,7 @@ fn generate_csv(count: usize, seed: u64, out: &Path, refs_path: &Path) -> Result
         "{count} requests (seed {seed}); reading {}",
         refs_path.display()
     );
-    let refs = references::read(refs_path, true)?;
+    let refs = references::read(refs_path, contest)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
     // Progress every 5 %: `nearest_many` reports the queries finished so far.
@@ -176,15 +188,51 @@ fn generate_csv(count: usize, seed: u64, out: &Path, refs_path: &Path) -> Result
         .iter()
         .map(|h| h.iter().filter(|h| h.fraud).count())
         .collect();
-    let mut text = format!(
-        "{}\n{}\n",
-        labeller::csv::stats_line(&frauds),
-        labeller::csv::HEADER
-    );
-    for (b, &f) in bodies.iter().zip(&frauds) {
-        text.push_str(&labeller::csv::row(b, f).map_err(anyhow::Error::msg)?);
-        text.push('\n');
-    }
+    let name = out.to_string_lossy();
+    let text = if name.ends_with(".json") || name.ends_with(".json.gz") {
+        // The contest's test-file layout (what `local-runner verify` and the harness read),
+        // each request as its generated text.
+        #[derive(Serialize)]
+        struct Entry {
+            request: Box<serde_json::value::RawValue>,
+            expected_approved: bool,
+            expected_fraud_score: f64,
+        }
+        let entries = bodies
+            .iter()
+            .zip(&frauds)
+            .map(|(b, &f)| {
+                let score = f as f64 / scan::K as f64;
+                let request = serde_json::value::RawValue::from_string(b.clone())?;
+                Ok(Entry {
+                    request,
+                    expected_approved: score < 0.6,
+                    expected_fraud_score: score,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        #[derive(Serialize)]
+        struct File<'a> {
+            references_checksum_sha256: &'a str,
+            entries: Vec<Entry>,
+        }
+        let file = File {
+            references_checksum_sha256: &refs.sha256,
+            entries,
+        };
+        serde_json::to_string(&file)? + "\n"
+    } else {
+        let mut text = format!(
+            "{}\n{}\n",
+            labeller::csv::stats_line(&frauds),
+            labeller::csv::HEADER
+        );
+        for (b, &f) in bodies.iter().zip(&frauds) {
+            text.push_str(&labeller::csv::row(b, f).map_err(anyhow::Error::msg)?);
+            text.push('\n');
+        }
+        text
+    };
     let bytes = if out.extension().is_some_and(|e| e == "gz") {
         use std::io::Write;
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());

@@ -99,8 +99,10 @@ fn steps(quick: bool) -> Vec<Step> {
         step("stack overload", Xtask, &["stack", "overload", "--no-build"]),
         // Hostile clients at the cap, against `local-runner serve` and the stack (short runs).
         step("stack attack", Xtask, &["stack", "attack", "--no-build", "--seconds", "8"]),
-        // Last: it removes the local images (pulled back from the loopback registry, retagged).
+        // It removes the local images (pulled back from the loopback registry, retagged).
         step("stack submission", Xtask, &submission),
+        // Last: it rebuilds the workspace's local-runner around a synthetic index.
+        step("scale", Xtask, &["scale"]),
     ]
 }
 
@@ -144,7 +146,7 @@ mod tests {
     #[test]
     fn the_steps_and_their_order() {
         let names = |quick| steps(quick).iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
-        assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission");
+        assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission, scale");
         assert_eq!(names(true), "fmt, build, test, verify");
         let s = steps(false);
         assert_eq!((s[1].program, &s[1].args[..]), (Program::Xtask, &["build".to_string()][..]));

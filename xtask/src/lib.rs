@@ -6,6 +6,7 @@
 pub mod ci;
 pub mod fuzz;
 pub mod lambda;
+pub mod scale;
 pub mod stack;
 pub mod util;
 pub mod verify;

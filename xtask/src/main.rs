@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{ci, fuzz, lambda, stack, util, verify};
+use xtask::{ci, fuzz, lambda, scale, stack, util, verify};
 
 #[derive(Parser)]
 #[command(about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing")]
@@ -28,6 +28,9 @@ enum Command {
     Stack(stack::Args),
     /// The cargo-fuzz targets (AddressSanitizer).
     Fuzz(fuzz::Args),
+    /// A synthetic reference set of a few hundred thousand packed, embedded, served and held
+    /// exact against the labeller (the path to other data, docs/SCALING.md).
+    Scale(scale::Args),
 }
 
 #[derive(clap::Args)]
@@ -63,6 +66,7 @@ fn main() -> Result<()> {
         Command::Lambda(a) => lambda::run(a),
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),
+        Command::Scale(a) => scale::run(a),
     }
 }
 

@@ -384,13 +384,18 @@ pub struct Entry {
     pub expected_fraud_score: f64,
 }
 
+/// The public test set's entries.
 pub fn test_entries() -> Result<Vec<Entry>> {
+    entries_of(&root().join(TEST_SET))
+}
+
+/// The entries of a test file in the contest's JSON layout, gzipped.
+pub fn entries_of(path: &Path) -> Result<Vec<Entry>> {
     #[derive(Deserialize)]
     struct TestFile {
         entries: Vec<Entry>,
     }
-    let path = root().join(TEST_SET);
-    let file = std::fs::File::open(&path).with_context(|| format!("no {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("no {}", path.display()))?;
     let mut text = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut text)?;
     Ok(serde_json::from_slice::<TestFile>(&text)?.entries)
