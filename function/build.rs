@@ -6,6 +6,8 @@
 //! - `FRAUD_REFERENCES_SHA256`: the digest to require, default the contest's; `any` accepts
 //!   any data;
 //! - `FRAUD_INDEX_ARTIFACT_IN`: use this prebuilt artifact instead of packing (it is checked);
+//! - `FRAUD_INDEX_EMBED`: `bytes` (`include_bytes_aligned!`) or `linker` (`.incbin` in a section
+//!   of its own, `src/index.rs` says why); by default `bytes` up to 256 MiB, `linker` beyond;
 //! - the index-pack library itself (cargo rebuilds this script when it changes).
 
 // The packer (and faiss with it) is a build dependency only with `embedded-index`, so crates
@@ -21,11 +23,13 @@ fn main() {
     use std::path::PathBuf;
 
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rustc-check-cfg=cfg(fraud_index_linker)");
     for var in [
         "FRAUD_REFERENCES",
         "FRAUD_INDEX_CODEC",
         "FRAUD_REFERENCES_SHA256",
         "FRAUD_INDEX_ARTIFACT_IN",
+        "FRAUD_INDEX_EMBED",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -33,7 +37,11 @@ fn main() {
     if let Some(prebuilt) = env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
         let prebuilt = PathBuf::from(prebuilt);
         println!("cargo:rerun-if-changed={}", prebuilt.display());
-        let bytes = std::fs::read(&prebuilt)
+        // Read once, into the alignment the checks need (an artifact can be gigabytes).
+        let mut bytes = index_pack::format::aligned_copy(&[]);
+        let mut file = std::fs::File::open(&prebuilt)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
+        std::io::copy(&mut file, &mut bytes)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
         check(&bytes);
         std::fs::write(&out, &bytes).unwrap();
@@ -72,12 +80,36 @@ fn main() {
         );
     }
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT={}", out.display());
+    let len = std::fs::metadata(&out).unwrap().len();
+    println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT_LEN={len}");
+    let linker = match env::var("FRAUD_INDEX_EMBED").ok().as_deref() {
+        None | Some("") => len > 256 << 20,
+        Some("bytes") => false,
+        Some("linker") => true,
+        Some(other) => panic!("FRAUD_INDEX_EMBED must be bytes or linker, not {other:?}"),
+    };
+    if linker {
+        // The path goes into an assembler string: it must not need quoting.
+        let path = out.display().to_string();
+        assert!(
+            !path.contains(['"', '\\', '\n']),
+            "OUT_DIR {path} cannot be named in .incbin"
+        );
+        println!("cargo:rustc-cfg=fraud_index_linker");
+    }
 }
 
-/// Full check before embedding: footer, CRC32, archive validation, layout.
+/// Full check before embedding: footer, CRC32, archive validation, layout, values.
 #[cfg(feature = "embedded-index")]
 fn check(bytes: &[u8]) {
-    if let Err(e) = index_pack::format::verify_deep(&index_pack::format::aligned_copy(bytes)) {
+    let aligned;
+    let bytes = if (bytes.as_ptr() as usize).is_multiple_of(index_pack::format::ARCHIVE_ALIGN) {
+        bytes
+    } else {
+        aligned = index_pack::format::aligned_copy(bytes);
+        &aligned[..]
+    };
+    if let Err(e) = index_pack::format::verify_deep(bytes) {
         panic!("the index artifact is not valid: {e}");
     }
 }

@@ -1,6 +1,16 @@
 //! The index the binaries carry: the artifact built by `build.rs` (through index-pack) from
 //! `resources/references.json.gz`, embedded with 32-byte alignment and opened in place.
 //!
+//! Two ways into the binary, chosen by `build.rs` (`FRAUD_INDEX_EMBED`, by default by size):
+//! - `bytes` (up to 256 MiB: the contest's 3M references are 92 MB): `include_bytes_aligned!`,
+//!   the bytes a constant of this crate;
+//! - `linker` (larger artifacts): the assembler includes the file (`.incbin`) in a section of
+//!   its own, `.lrodata.fraud_index`, which the linker places after all other data. rustc holds
+//!   an `include_bytes` constant in memory many times over while it compiles (a 300 MB one took
+//!   5.4 GB, docs/SCALING.md), and past 2 GB of static data the default code model can no
+//!   longer address what follows it; the assembler reads the file once, and nothing follows
+//!   the section. Either way the bytes are in the binary's read-only data, mapped, not copied.
+//!
 //! How the index is made resident is a [`Residency`] choice made once per process:
 //! - `Lazy` (default): zero-copy. Opening validates footer, rkyv archive and table layout
 //!   without reading rows; pages fault in as queries touch them. Fastest start.
@@ -24,8 +34,47 @@ use index_pack::format::{self, ArchivedIndex, FormatError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+#[cfg(not(fraud_index_linker))]
 static ARTIFACT: &[u8] =
     include_bytes_aligned::include_bytes_aligned!(32, env!("FRAUD_INDEX_ARTIFACT"));
+
+#[cfg(fraud_index_linker)]
+static ARTIFACT: &[u8] = linked::ARTIFACT;
+
+#[cfg(fraud_index_linker)]
+mod linked {
+    // The artifact's bytes, read by the assembler into a large-data section (GNU ld puts
+    // `.lrodata*` after `.bss`, so it is the last thing in the binary), page aligned.
+    std::arch::global_asm!(
+        concat!(
+            ".pushsection .lrodata.fraud_index,\"a\",@progbits\n",
+            ".balign 4096\n",
+            ".globl fraud_index_artifact\n",
+            "fraud_index_artifact:\n",
+            ".incbin \"",
+            env!("FRAUD_INDEX_ARTIFACT"),
+            "\"\n",
+            ".popsection\n"
+        ),
+        options(raw)
+    );
+
+    extern "C" {
+        static fraud_index_artifact: u8;
+    }
+
+    /// The artifact's length, from the build script.
+    const LEN: usize = match usize::from_str_radix(env!("FRAUD_INDEX_ARTIFACT_LEN"), 10) {
+        Ok(n) => n,
+        Err(_) => panic!("FRAUD_INDEX_ARTIFACT_LEN is not a number"),
+    };
+
+    // SAFETY: `fraud_index_artifact` labels LEN bytes the assembler copied from the artifact
+    // into a read-only, allocated section of this binary: valid, never written, for the whole
+    // process.
+    pub static ARTIFACT: &[u8] =
+        unsafe { std::slice::from_raw_parts(std::ptr::addr_of!(fraud_index_artifact), LEN) };
+}
 
 /// How the embedded index is made resident (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
