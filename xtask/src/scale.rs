@@ -1,6 +1,7 @@
 //! `cargo xtask scale`: the path to reference sets other than the contest's, kept working (the
 //! CI-sized check of docs/SCALING.md). A synthetic set of a few hundred thousand references
-//! drawn the way the contest's generator draws its own is packed, embedded in `local-runner`,
+//! drawn the way the contest's generator draws its own is packed, embedded in `local-runner` (by
+//! the linker, the form of indexes over 256 MiB),
 //! held exact against the labeller's brute force over the same set (vectors, the 5 neighbours
 //! and the vote of generated and adversarial queries), and served: labelled payloads sent over
 //! HTTP get the labeller's answers.
@@ -91,8 +92,11 @@ pub fn run(a: Args) -> Result<()> {
     util::run(&label)?;
     log!("scale: local-runner with the synthetic index embedded");
     let t_build = Instant::now();
+    // Embedded the way large indexes are (`.incbin` in a section of its own), so that CI
+    // exercises that form too; the contest's index takes `include_bytes_aligned!`.
     let build = util::cargo_workspace("build", &["--bin", "local-runner"])
-        .env("FRAUD_INDEX_ARTIFACT_IN", &index);
+        .env("FRAUD_INDEX_ARTIFACT_IN", &index)
+        .env("FRAUD_INDEX_EMBED", "linker");
     util::run(&build)?;
     r.build_s = t_build.elapsed().as_secs_f64();
     let local_runner = util::target_dir().join(util::PROFILE).join("local-runner");
