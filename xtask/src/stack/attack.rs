@@ -301,11 +301,12 @@ fn attack_for(attack: Attack, port: u16, connections: usize, seconds: u64) -> Re
 
 /// The most connections slowhttptest held at once, and whether its probe always got an answer.
 fn slowhttptest_stats(csv: &str) -> Attacker {
-    // "Seconds,Closed,Pending,Connected,Service Available" (the last "YES"/"NO", or 0/1).
+    // "Seconds,Closed,Pending,Connected,Service Available"; the last is the connection target
+    // while slowhttptest's probe got an answer in time, 0 while it did not.
     let rows: Vec<Vec<&str>> =
         csv.lines().skip(1).map(|l| l.split(',').map(str::trim).collect()).collect();
     let connected = rows.iter().filter_map(|r| r.get(3)?.parse::<u64>().ok()).max().unwrap_or(0);
-    let available = rows.iter().filter_map(|r| r.get(4)).all(|v| matches!(*v, "YES" | "1"));
+    let available = rows.iter().filter_map(|r| r.get(4)).all(|v| v.parse::<u64>().is_ok_and(|n| n > 0));
     Attacker { connections: connected, service_available: Some(available), ..Attacker::default() }
 }
 
