@@ -5,13 +5,15 @@
 //! read completed. Buffers are the loop's, lent to each connection in turn ([`Buffers`] and the
 //! read buffer), so an idle connection holds none and the request path allocates nothing.
 //!
-//! **Turns.** An event puts its connection in the turn queue; each turn of the loop serves every
-//! queued connection once: one read of at most [`READ_BYTES`] and at most
-//! `max_requests_per_turn` answers (see [`http1::Next::Pause`]). A connection with more to do
-//! (unread input, pipelined requests left) goes to the back of the queue, and the loop polls
-//! without sleeping until the queue is empty. So a client that pipelines thousands of requests
-//! gets one slice per turn like everyone else, and deadlines and new connections are served
-//! between its slices. Accepting takes at most [`ACCEPTS_PER_TURN`] connections per turn too.
+//! **Slices.** A connection is served a slice at a time: one read of at most [`READ_BYTES`] and
+//! at most `max_requests_per_turn` answers (see [`http1::Next::Pause`]). An event is served at
+//! once, one slice; a connection with more to do than a slice (unread input, pipelined requests
+//! left) joins the queue of busy connections, and each turn of the loop serves at most
+//! [`BUSY_PER_TURN`] of them before it polls again (without sleeping while any is left). So a
+//! client that pipelines thousands of requests, or a thousand of them, gets slices in turn, and
+//! a request that arrives meanwhile waits for at most one poll's events and one batch of busy
+//! slices, not for every busy connection. Accepting takes at most [`ACCEPTS_PER_TURN`]
+//! connections per turn too.
 //!
 //! **Bounds** (each a flag, docs/HOSTILE.md):
 //! - answers wait to be written up to `max_unsent_bytes` per connection: beyond that its
@@ -69,6 +71,10 @@ pub const READ_BYTES: usize = 16 * 1024;
 
 /// New connections taken per turn of the loop (the rest wait in the kernel's queue).
 pub const ACCEPTS_PER_TURN: usize = 64;
+
+/// Busy connections served a slice per turn of the loop, between two polls (a slice of tiny
+/// pipelined requests takes ~20 us: a batch keeps a fresh request's wait around a millisecond).
+pub const BUSY_PER_TURN: usize = 64;
 
 /// First and longest wait before `accept` is tried again after it failed.
 pub const ACCEPT_BACKOFF: (Duration, Duration) =
@@ -147,7 +153,7 @@ pub struct Server<A: App> {
     poll: Poll,
     listener: Option<Listener>,
     conns: Slab<Connection>,
-    /// Connections with work for the next turn, in order.
+    /// Busy connections (more to do than a slice), in the order they are served.
     turns: VecDeque<usize>,
     app: A,
     ready: ReadyFlag,
@@ -326,7 +332,7 @@ impl<A: App> Server<A> {
                     LISTENER => self.accept_more = true,
                     SIGNAL => self.start_drain(now),
                     WAKER => background.step(),
-                    Token(key) => self.on_event(key, ev),
+                    Token(key) => self.on_event(key, ev, now),
                 }
             }
             self.turn(now);
@@ -343,20 +349,23 @@ impl<A: App> Server<A> {
         }
     }
 
-    /// Notes what the event says and queues the connection for this turn.
-    fn on_event(&mut self, key: usize, ev: &Event) {
+    /// Notes what the event says and serves the connection a slice at once, unless it is busy
+    /// (queued: it gets its slice in turn).
+    fn on_event(&mut self, key: usize, ev: &Event, now: Instant) {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
         c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
         c.fin_seen |= ev.is_read_closed() || ev.is_error();
-        // A writable edge needs no flag: a connection with a backlog tries to write each turn.
-        queue(&mut self.turns, key, c);
+        // A writable edge needs no flag: a connection with a backlog tries to write each slice.
+        if !c.queued {
+            self.slice(key, now);
+        }
     }
 
-    /// Serves every connection queued before this turn once.
+    /// Serves at most [`BUSY_PER_TURN`] busy connections a slice each.
     fn turn(&mut self, now: Instant) {
-        for _ in 0..self.turns.len() {
+        for _ in 0..self.turns.len().min(BUSY_PER_TURN) {
             let Some(key) = self.turns.pop_front() else {
                 break;
             };
@@ -366,11 +375,16 @@ impl<A: App> Server<A> {
             if !std::mem::replace(&mut c.queued, false) {
                 continue; // a stale entry of a key that was reused
             }
-            self.serve(key, now);
-            if let Some(c) = self.conns.get_mut(key) {
-                if c.wants_turn() {
-                    queue(&mut self.turns, key, c);
-                }
+            self.slice(key, now);
+        }
+    }
+
+    /// One slice, then the connection joins the busy queue if it has more to do.
+    fn slice(&mut self, key: usize, now: Instant) {
+        self.serve(key, now);
+        if let Some(c) = self.conns.get_mut(key) {
+            if c.wants_turn() {
+                queue(&mut self.turns, key, c);
             }
         }
     }

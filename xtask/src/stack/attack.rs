@@ -306,7 +306,8 @@ fn slowhttptest_stats(csv: &str) -> Attacker {
     let rows: Vec<Vec<&str>> =
         csv.lines().skip(1).map(|l| l.split(',').map(str::trim).collect()).collect();
     let connected = rows.iter().filter_map(|r| r.get(3)?.parse::<u64>().ok()).max().unwrap_or(0);
-    let available = rows.iter().filter_map(|r| r.get(4)).all(|v| v.parse::<u64>().is_ok_and(|n| n > 0));
+    let available =
+        rows.iter().filter_map(|r| r.get(4)).all(|v| v.parse::<u64>().is_ok_and(|n| n > 0));
     Attacker { connections: connected, service_available: Some(available), ..Attacker::default() }
 }
 
