@@ -232,6 +232,8 @@ fn on_serve(bin: &Path, attack: Attack, seconds: u64) -> Result<Run> {
 
 /// One attack against the stack of `s` (port 9999), its counters started afresh.
 fn on_stack(s: &mut Session, attack: Attack, cap: usize, seconds: u64) -> Result<Run> {
+    // Every server UP again after the last attack (a dead one restarts by itself).
+    super::load::wait_all_up(&s.compose, Duration::from_secs(60))?;
     s.restart_counters()?;
     let benign = BenignClient::start(9999)?;
     std::thread::sleep(Duration::from_millis(500));
