@@ -49,6 +49,9 @@ pub struct Args {
     /// Only the attacks whose name contains this.
     #[arg(long)]
     only: Option<String>,
+    /// Attack this `local-runner` instead of the workspace build's (another build, to compare).
+    #[arg(long)]
+    serve_binary: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -148,7 +151,10 @@ pub fn run(a: Args) -> Result<()> {
         .collect();
     let mut runs = Vec::new();
     if a.target.contains(&Target::Serve) {
-        let bin = util::built("local-runner")?;
+        let bin = match &a.serve_binary {
+            Some(b) => b.clone(),
+            None => util::built("local-runner")?,
+        };
         for &attack in &attacks {
             runs.push(on_serve(&bin, attack, a.seconds)?);
         }
