@@ -49,11 +49,7 @@ fn main() {
         Some(bytes) => index_pack::format::open(bytes).unwrap(),
         None => function::index::load(mode).unwrap(),
     };
-    let params = SearchParams {
-        park,
-        prefetch,
-        ..SearchParams::default()
-    };
+    let params = SearchParams { park, prefetch };
     let searcher = Searcher::new(idx, params);
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
     // other processes leave behind between two requests of a served API.
