@@ -77,24 +77,26 @@ pub fn run(args: Args) -> Result<()> {
     };
     let listed = util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?;
     let targets = only.map_or_else(|| listed.lines().map(Into::into).collect(), |t| vec![t]);
-    // The CI's fixed counts run side by side, one target per core (each fuzzer is one thread
+    // The CI's fixed counts run side by side, one target per core (each fuzzer is one thread,
     // and its count and seed fix what it executes); long runs stay one at a time, pinned.
-    let parallel = match args.mode {
+    let workers = match args.mode {
         Mode::Ci { .. } => std::thread::available_parallelism().map_or(1, |n| n.get()),
         _ => 1,
     };
-    let mut runs = Vec::new();
-    for batch in targets.chunks(parallel) {
-        let each = std::thread::scope(|s| {
-            let handles: Vec<_> =
-                batch.iter().map(|t| s.spawn(|| run_target(nightly, t, &args.mode))).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a fuzz thread panicked"))
-                .collect::<Vec<_>>()
-        });
-        runs.extend(each.into_iter().collect::<Result<Vec<_>>>()?);
-    }
+    let queue = std::sync::Mutex::new(targets.iter().enumerate());
+    let done = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(targets.len()) {
+            s.spawn(|| loop {
+                let Some((i, t)) = queue.lock().unwrap().next() else { break };
+                let run = run_target(nightly, t, &args.mode);
+                done.lock().unwrap().push((i, run));
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap();
+    done.sort_by_key(|(i, _)| *i);
+    let runs = done.into_iter().map(|(_, r)| r).collect::<Result<Vec<_>>>()?;
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)
 }
 
