@@ -60,7 +60,8 @@ mod linked {
     );
 
     extern "C" {
-        static fraud_index_artifact: u8;
+        // Declared with its real length, so that a reference to it is in bounds.
+        static fraud_index_artifact: [u8; LEN];
     }
 
     /// The artifact's length, from the build script.
@@ -72,8 +73,7 @@ mod linked {
     // SAFETY: `fraud_index_artifact` labels LEN bytes the assembler copied from the artifact
     // into a read-only, allocated section of this binary: valid, never written, for the whole
     // process.
-    pub static ARTIFACT: &[u8] =
-        unsafe { std::slice::from_raw_parts(std::ptr::addr_of!(fraud_index_artifact), LEN) };
+    pub static ARTIFACT: &[u8] = unsafe { &fraud_index_artifact };
 }
 
 /// How the embedded index is made resident (see the module docs).

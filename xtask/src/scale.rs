@@ -147,11 +147,13 @@ fn serve(local_runner: &std::path::Path, entries: &[util::Entry], r: &mut Report
                 Ok(std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string()))
             })?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        // One write per request: a head and a body in two writes wait out the delayed ACK
+        // (40 ms a request).
+        s.set_nodelay(true)?;
         for e in entries {
             let body = e.request.get();
             let head = format!("POST /fraud-score HTTP/1.1\r\nHost: scale\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
-            s.write_all(head.as_bytes())?;
-            s.write_all(body.as_bytes())?;
+            s.write_all([head.as_bytes(), body.as_bytes()].concat().as_slice())?;
             let answer = read_answer(&mut s)?;
             let v: serde_json::Value =
                 serde_json::from_str(&answer).context("an answer that is not JSON")?;
