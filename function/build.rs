@@ -33,7 +33,13 @@ fn main() {
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
-    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("fraud-index.idx");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
+    // A given artifact is kept under a name of its own, so that it never replaces the one this
+    // script packed (`cargo xtask build --shipped` embeds the newest `fraud-index.idx`).
+    let out = match env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
+        Some(_) => out_dir.join("fraud-index-given.idx"),
+        None => out_dir.join("fraud-index.idx"),
+    };
     if let Some(prebuilt) = env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
         let prebuilt = PathBuf::from(prebuilt);
         println!("cargo:rerun-if-changed={}", prebuilt.display());
