@@ -36,12 +36,12 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
     // A given artifact is kept under a name of its own, so that it never replaces the one this
     // script packed (`cargo xtask build --shipped` embeds the newest `fraud-index.idx`).
-    let out = match env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        Some(_) => out_dir.join("fraud-index-given.idx"),
-        None => out_dir.join("fraud-index.idx"),
-    };
-    if let Some(prebuilt) = env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        let prebuilt = PathBuf::from(prebuilt);
+    let prebuilt = env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+    let out = out_dir.join(match prebuilt {
+        Some(_) => "fraud-index-given.idx",
+        None => "fraud-index.idx",
+    });
+    if let Some(prebuilt) = prebuilt {
         println!("cargo:rerun-if-changed={}", prebuilt.display());
         // Read once, into the alignment the checks need (an artifact can be gigabytes).
         let mut bytes = index_pack::format::aligned_copy(&[]);

@@ -242,10 +242,7 @@ pub fn build_shipped() -> Result<Shipped> {
     let mut e = linted(duct::cmd("cargo", args).dir(root()))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("RUSTFLAGS", SHIPPED_RUSTFLAGS);
-    let index = match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        Some(given) => Some(PathBuf::from(given)),
-        None => stable_index_copy()?,
-    };
+    let index = shipped_index()?;
     if let Some(index) = &index {
         log!("embedding {} in the shipped binaries", index.display());
         e = e.env("FRAUD_INDEX_ARTIFACT_IN", index);
@@ -258,6 +255,15 @@ pub fn build_shipped() -> Result<Shipped> {
         check_static_x86_64(bin).context("the static flags did not apply")?;
     }
     Ok(shipped)
+}
+
+/// The index the shipped binaries embed: `FRAUD_INDEX_ARTIFACT_IN` if given, else the workspace
+/// build's (`stable_index_copy`); `None` when neither exists (their build script packs one).
+pub fn shipped_index() -> Result<Option<PathBuf>> {
+    match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
+        Some(given) => Ok(Some(PathBuf::from(given))),
+        None => stable_index_copy(),
+    }
 }
 
 /// The workspace build's packed index copied to a fixed path, its modification time kept, so

@@ -102,26 +102,10 @@ pub const SEND_BUFFER_BYTES: usize = 32 * 1024;
 
 /// Sets SO_SNDBUF (the kernel doubles the value for its bookkeeping).
 fn set_send_buffer(s: &Stream, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let fd = match s {
-        Stream::Tcp(s) => s.as_raw_fd(),
-        Stream::Unix(s) => s.as_raw_fd(),
-    };
-    let value = bytes as libc::c_int;
-    // SAFETY: `fd` is this stream's open socket; setsockopt reads one c_int from `value`.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    match s {
+        Stream::Tcp(s) => socket2::SockRef::from(s).set_send_buffer_size(bytes),
+        Stream::Unix(s) => socket2::SockRef::from(s).set_send_buffer_size(bytes),
     }
-    Ok(())
 }
 
 /// An accepted connection.

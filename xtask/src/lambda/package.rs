@@ -54,7 +54,7 @@ impl Package {
 pub fn build(skip_build: bool) -> Result<Package> {
     let built = if skip_build {
         let dir = util::target_dir().join(TRIPLE).join(util::PROFILE);
-        let index = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+        let index = util::shipped_index()?;
         util::Shipped {
             bootstrap: dir.join("bootstrap"),
             local_runner: dir.join("local-runner"),
@@ -64,13 +64,7 @@ pub fn build(skip_build: bool) -> Result<Package> {
         util::build_shipped()?
     };
     // Without a given or reused index, the shipped build's own build script packed it.
-    // The shipped build embeds `target/ci-index.idx` when the workspace build packed one (kept
-    // by its build script as a given artifact), else the index its own build script packed.
     let packed_here = || {
-        let reused = util::target_dir().join("ci-index.idx");
-        if reused.exists() {
-            return Ok(reused);
-        }
         let build = util::target_dir().join(TRIPLE).join(util::PROFILE).join("build");
         util::newest_index_artifact(&build).context("no index artifact packed")
     };
