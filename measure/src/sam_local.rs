@@ -3,10 +3,10 @@
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xtask::lambda::emulator;
-use xtask::lambda::events::{self, Answer};
+use xtask::lambda::events::{self, Answer, Case, Expect};
 use xtask::lambda::sam::{Tools, FUNCTION};
 use xtask::util::{self, log, ScratchImage};
 
@@ -19,6 +19,12 @@ pub struct Args {
     /// of the zip; `start-api` is left out.
     #[arg(long)]
     image: bool,
+    /// The references the embedded index was packed from, when not the contest's (e.g.
+    /// `cargo measure scale`'s `target/scale/<N>/references.json.gz` with
+    /// FRAUD_INDEX_ARTIFACT_IN): each scored event is then held to the labeller's answer over
+    /// them (`local-runner explain --oracle`), not to events/expected.tsv's.
+    #[arg(long)]
+    references: Option<PathBuf>,
 }
 
 /// The stand-in's tag, and what `sam local invoke|start-api` are told of it (never pulled).
@@ -38,7 +44,11 @@ pub fn run(a: Args) -> Result<()> {
     util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
     stand_in_image()?;
     let sha = if a.image { image_build(&tools)? } else { util::sha256_file(&tools.build()?)? };
-    let (cases, log) = (events::cases()?, util::xtask_dir("lambda")?.join("sam-local.log"));
+    let mut cases = events::cases()?;
+    if let Some(refs) = &a.references {
+        relabel(&mut cases, &a.events, refs)?;
+    }
+    let log = util::xtask_dir("lambda")?.join("sam-local.log");
     let mut results = Vec::new();
     for event in &a.events {
         let case = (cases.iter().find(|c| &c.event == event))
@@ -88,6 +98,31 @@ fn image_build(tools: &Tools) -> Result<String> {
     let mb = util::mb(pkg.unzipped_bytes);
     log!("sam build of the image ({mb:.0} MB bootstrap) in {:.0} s", t.elapsed().as_secs_f64());
     Ok(pkg.sha256)
+}
+
+/// The expected answer of each scored event among `events`, recomputed over `references` by
+/// the labeller through the shipped `local-runner explain --oracle` (it fails when the index's
+/// neighbours differ from the labeller's).
+fn relabel(cases: &mut [Case], events: &[String], references: &Path) -> Result<()> {
+    let dir = util::target_dir().join(util::TRIPLE).join(util::PROFILE);
+    let runner = dir.join("local-runner");
+    let scratch = util::xtask_dir("lambda")?.join("relabel-body.json");
+    for case in cases.iter_mut().filter(|c| events.contains(&c.event)) {
+        let scored = matches!(&case.expect, Expect::Json(v) if v.get("fraud_score").is_some());
+        if !scored {
+            continue;
+        }
+        std::fs::write(&scratch, events::request_body(&case.event)?)?;
+        let refs = references.display().to_string();
+        let e = duct::cmd!(&runner, "explain", &scratch, "--json", "--oracle", "--references", refs);
+        let out: serde_json::Value = serde_json::from_str(&util::read(&e)?)
+            .with_context(|| format!("{}: explain's JSON", case.event))?;
+        let body = out["response"].as_str().context("explain's response")?;
+        let want: serde_json::Value = serde_json::from_str(body)?;
+        log!("{}: the labeller over {} answers {want}", case.event, references.display());
+        case.expect = Expect::Json(want);
+    }
+    Ok(())
 }
 
 /// start-api on a copy of the built template with two HttpApi events (the deployed has none).

@@ -58,6 +58,18 @@ pub fn cases() -> Result<Vec<Case>> {
     Ok(tables.into_iter().collect::<Result<Vec<_>>>()?.concat())
 }
 
+/// The HTTP request body an event carries (base64-decoded when the event says so).
+pub fn request_body(event: &str) -> Result<Vec<u8>> {
+    let e: Value = serde_json::from_slice(&read_event(event)?)
+        .with_context(|| format!("events/{event} is not JSON"))?;
+    let b = e["body"].as_str().unwrap_or_default().as_bytes();
+    Ok(if e["isBase64Encoded"] == true {
+        base64::engine::general_purpose::STANDARD.decode(b)?
+    } else {
+        b.to_vec()
+    })
+}
+
 /// GET /ready in `source`'s format: the first invocation of a run.
 pub fn ready(source: &str) -> Result<Sent> {
     let (event, expect) = (format!("{source}/ready.json"), Expect::Json(json!({"ready": true})));
@@ -164,10 +176,7 @@ mod tests {
     use super::*;
 
     fn body(event: &str) -> Vec<u8> {
-        let e: Value = serde_json::from_slice(&read_event(event).unwrap()).unwrap();
-        let b = e["body"].as_str().unwrap_or_default().as_bytes();
-        let decoded = || base64::engine::general_purpose::STANDARD.decode(b).unwrap();
-        (e["isBase64Encoded"] == true).then(decoded).unwrap_or_else(|| b.into())
+        request_body(event).unwrap()
     }
 
     #[test]
