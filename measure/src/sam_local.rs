@@ -114,7 +114,8 @@ fn relabel(cases: &mut [Case], events: &[String], references: &Path) -> Result<(
         }
         std::fs::write(&scratch, events::request_body(&case.event)?)?;
         let refs = references.display().to_string();
-        let e = duct::cmd!(&runner, "explain", &scratch, "--json", "--oracle", "--references", refs);
+        let e =
+            duct::cmd!(&runner, "explain", &scratch, "--json", "--oracle", "--references", refs);
         let out: serde_json::Value = serde_json::from_str(&util::read(&e)?)
             .with_context(|| format!("{}: explain's JSON", case.event))?;
         let body = out["response"].as_str().context("explain's response")?;
