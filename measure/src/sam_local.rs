@@ -90,9 +90,18 @@ fn image_build(tools: &Tools) -> Result<String> {
     let tag = "      DockerTag: fraud-score\n";
     anyhow::ensure!(template.contains(tag), "template-image.yaml has no `{}`", tag.trim());
     let args = format!("{tag}      DockerBuildArgs:\n        BASE: {STAND_IN}\n");
+    // The copy lives under .aws-sam/, where the template's relative context would not resolve:
+    // it names the package directory itself (the target directory may be elsewhere, too).
+    let relative = "      DockerContext: target/lambda-package\n";
+    anyhow::ensure!(
+        template.contains(relative),
+        "template-image.yaml has no `{}`",
+        relative.trim()
+    );
+    let absolute = format!("      DockerContext: {}\n", context.display());
     let local = util::root().join(".aws-sam/template-image-local.yaml");
     std::fs::create_dir_all(local.parent().context("path")?)?;
-    std::fs::write(&local, template.replace(tag, &args))?;
+    std::fs::write(&local, template.replace(tag, &args).replace(relative, &absolute))?;
     let t = Instant::now();
     util::run(&tools.sam(&["build", "--template", local.to_str().context("path")?]))?;
     let mb = util::mb(pkg.unzipped_bytes);

@@ -253,12 +253,23 @@ fn timed_shipped_build(index: &Path) -> Result<Value> {
 
 /// The record: one row per set, every figure.
 fn markdown(a: &Args, rows: &[Row]) -> String {
+    let commit = util::read(&cmd!("git", "rev-parse", "--short", "HEAD")).unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
+        c.lines().find_map(|l| {
+            Some(l.strip_prefix("model name")?.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+    });
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mut s = format!(
-        "Command: `cargo measure scale --sizes {} --seed {}{}`; {}; load average {}.\n\n",
+        "# The same function at {} references\n\nCommand: `cargo measure scale --sizes {} --seed {}{}`; {}; commit {}; {} cores ({}); load average {}. A step's result is kept under `target/scale/<N>/` and reused by the next run, so the rows of one record may come from runs of one day.\n\n",
+        a.sizes.iter().map(|&n| short(n)).collect::<Vec<_>>().join(", "),
         a.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","),
         a.seed,
         if a.contest { " --contest" } else { "" },
         util::date(),
+        commit.trim(),
+        cores,
+        cpu.as_deref().unwrap_or("CPU unknown"),
         util::loadavg()
     );
     let f = |v: &Option<Value>, path: &[&str]| -> String {

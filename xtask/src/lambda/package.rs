@@ -39,12 +39,13 @@ impl Package {
 
     /// Refuses a package over Lambda's zip limit, naming the way that takes it.
     pub fn fits_a_zip(&self) -> Result<()> {
-        let (mb, limit) = (self.unzipped_bytes as f64 / 1e6, LIMIT_UNZIPPED as f64 / 1e6);
+        let mib = self.unzipped_bytes as f64 / f64::from(1 << 20);
         ensure!(
             self.unzipped_bytes <= LIMIT_UNZIPPED,
-            "the bootstrap is {mb:.1} MB, over Lambda's {limit:.1} MB limit for a zip package \
-             (its index grew): ship it as a container image instead, `sam build --template \
-             template-image.yaml` (docs/LAMBDA.md, \"Packaging by size\")"
+            "the bootstrap is {mib:.1} MiB, over Lambda's 250 MiB ({LIMIT_UNZIPPED} bytes) limit \
+             for a zip package (its index grew): ship it as a container image instead, `cargo \
+             xtask lambda build --image` then `sam build --template template-image.yaml` \
+             (docs/LAMBDA.md, \"Packaging by size\")"
         );
         Ok(())
     }
@@ -103,7 +104,8 @@ mod tests {
         assert!(fits.fits_a_zip().is_ok());
         let over = Package { unzipped_bytes: LIMIT_UNZIPPED + 1, ..Package::default() };
         let why = over.fits_a_zip().unwrap_err().to_string();
-        assert!(why.contains("over Lambda's 262.1 MB limit for a zip package"), "{why}");
+        assert!(why.contains("over Lambda's 250 MiB (262144000 bytes) limit"), "{why}");
+        assert!(why.contains("cargo xtask lambda build --image"), "{why}");
         assert!(why.contains("sam build --template template-image.yaml"), "{why}");
     }
 }
