@@ -6,8 +6,9 @@
 //! - `FRAUD_REFERENCES_SHA256`: the digest to require, default the contest's; `any` accepts
 //!   any data;
 //! - `FRAUD_INDEX_ARTIFACT_IN`: use this prebuilt artifact instead of packing (it is checked);
-//! - `FRAUD_INDEX_EMBED`: `bytes` (`include_bytes_aligned!`) or `linker` (`.incbin` in a section
-//!   of its own, `src/index.rs` says why); by default `bytes` up to 256 MiB, `linker` beyond;
+//! - `FRAUD_INDEX_EMBED`: `bytes` (`include_bytes_aligned!`), `linker` (`.incbin` in a section
+//!   of its own) or `file` (the artifact beside the binary, mapped at start); by default by size
+//!   (`index_pack::embed` holds the rule and says why);
 //! - the index-pack library itself (cargo rebuilds this script when it changes).
 
 // The packer (and faiss with it) is a build dependency only with `embedded-index`, so crates
@@ -88,20 +89,37 @@ fn main() {
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT={}", out.display());
     let len = std::fs::metadata(&out).unwrap().len();
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT_LEN={len}");
-    let linker = match env::var("FRAUD_INDEX_EMBED").ok().as_deref() {
-        None | Some("") => len > 256 << 20,
-        Some("bytes") => false,
-        Some("linker") => true,
-        Some(other) => panic!("FRAUD_INDEX_EMBED must be bytes or linker, not {other:?}"),
-    };
-    if linker {
-        // The path goes into an assembler string: it must not need quoting.
-        let path = out.display().to_string();
-        assert!(
-            !path.contains(['"', '\\', '\n']),
-            "OUT_DIR {path} cannot be named in .incbin"
-        );
-        println!("cargo:rustc-cfg=fraud_index_linker");
+    println!("cargo:rustc-check-cfg=cfg(fraud_index_file)");
+    let requested = env::var("FRAUD_INDEX_EMBED").ok();
+    let form = index_pack::embed::Embed::choose(len, requested.as_deref())
+        .unwrap_or_else(|e| panic!("{e}"));
+    match form {
+        index_pack::embed::Embed::Bytes => {}
+        index_pack::embed::Embed::Linker => {
+            // The path goes into an assembler string: it must not need quoting.
+            let path = out.display().to_string();
+            assert!(
+                !path.contains(['"', '\\', '\n']),
+                "OUT_DIR {path} cannot be named in .incbin"
+            );
+            println!("cargo:rustc-cfg=fraud_index_linker");
+        }
+        index_pack::embed::Embed::File => {
+            // The binary keeps the artifact's footer (its format version, archive length and
+            // CRC32) to recognise the file it maps at start.
+            use std::io::{Read, Seek, SeekFrom};
+            let mut footer = [0u8; index_pack::format::FOOTER_LEN];
+            let mut file = std::fs::File::open(&out).unwrap();
+            file.seek(SeekFrom::End(-(footer.len() as i64))).unwrap();
+            file.read_exact(&mut footer).unwrap();
+            let footer_path = out_dir.join("fraud-index-footer.bin");
+            std::fs::write(&footer_path, footer).unwrap();
+            println!(
+                "cargo:rustc-env=FRAUD_INDEX_FOOTER={}",
+                footer_path.display()
+            );
+            println!("cargo:rustc-cfg=fraud_index_file");
+        }
     }
 }
 

@@ -35,7 +35,7 @@ pub use search::{SearchParams, Searcher};
 
 /// The scorer over the embedded index, opened on first use.
 #[cfg(feature = "embedded-index")]
-pub fn embedded_scorer() -> Result<Scorer<'static>, index_pack::FormatError> {
+pub fn embedded_scorer() -> Result<Scorer<'static>, index::IndexError> {
     Ok(Scorer::new(Searcher::new(
         index::open()?,
         SearchParams::default(),

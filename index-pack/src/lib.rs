@@ -22,6 +22,7 @@
 compile_error!("the index stores little-endian integers and the search reads them natively");
 
 pub mod codec;
+pub mod embed;
 pub mod format;
 pub mod layout;
 #[cfg(feature = "pack")]

@@ -245,8 +245,11 @@ fn timed_shipped_build(index: &Path) -> Result<Value> {
     // The binaries just built (another build_shipped here would embed the default index again).
     let dir = util::target_dir().join(util::TRIPLE).join(util::PROFILE);
     let len = |bin: &str| std::fs::metadata(dir.join(bin)).map(|m| m.len()).unwrap_or(0);
+    let embed = std::env::var("FRAUD_INDEX_EMBED").ok();
+    let form = index_pack::embed::Embed::choose(std::fs::metadata(index)?.len(), embed.as_deref())
+        .map_err(anyhow::Error::msg)?;
     Ok(serde_json::json!({
-        "wall_s": wall_s, "peak_rss_mb": kb / 1024.0,
+        "wall_s": wall_s, "peak_rss_mb": kb / 1024.0, "form": format!("{form:?}").to_lowercase(),
         "local_runner_bytes": len("local-runner"), "bootstrap_bytes": len("bootstrap"),
     }))
 }
@@ -288,7 +291,7 @@ fn markdown(a: &Args, rows: &[Row]) -> String {
             Some(n) if n.fract() == 0.0 && n.abs() < 1e15 => format!("{n:.0}"),
             Some(n) => format!("{n:.2}"),
             None if x.is_null() => "-".into(),
-            None => x.to_string(),
+            None => x.as_str().map_or_else(|| x.to_string(), str::to_string),
         }
     };
     s += "### Packing (`index-pack build`)\n\n| set | references | read s | k-means s | assignment s | layout s | write s | total s | peak MB | artifact bytes |\n|---|---|---|---|---|---|---|---|---|---|\n";
@@ -342,15 +345,16 @@ fn markdown(a: &Args, rows: &[Row]) -> String {
             f(x, &["wall_s"])
         );
     }
-    s += "\n### The index in the binary (`cargo xtask build --shipped` with the artifact embedded) and the Lambda bootstrap from cold storage in the runtime interface emulator (medians of the starts; init: INIT REPORT; first 10: the Duration of the first 10 queries summed; resident: file-backed RSS after 100 queries)\n\n| set | build s | build peak MB | local-runner bytes | bootstrap bytes | init lazy ms | init prefault ms | first 10 lazy ms | first 10 prefault ms | index MB resident after 100, lazy |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "\n### The index in the binary (`cargo xtask build --shipped` with the artifact embedded; form: `index_pack::embed`, `file` = beside the binary) and the Lambda bootstrap from cold storage in the runtime interface emulator (medians of the starts; init: INIT REPORT; first 10: the Duration of the first 10 queries summed; resident: file-backed RSS after 100 queries)\n\n| set | form | build s | build peak MB | local-runner bytes | bootstrap bytes | init lazy ms | init prefault ms | first 10 lazy ms | first 10 prefault ms | index MB resident after 100, lazy |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows {
         let (b, c) = (&r.build, &r.cold);
         let med = |mode: usize, k: usize| {
             f(c, &["summary", &mode.to_string(), "median", "v", &k.to_string()])
         };
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.name,
+            f(b, &["form"]),
             f(b, &["wall_s"]),
             f(b, &["peak_rss_mb"]),
             f(b, &["local_runner_bytes"]),

@@ -1,10 +1,11 @@
 //! `cargo xtask scale`: the path to reference sets other than the contest's, kept working (the
 //! CI-sized check of docs/SCALING.md). A synthetic set of a few hundred thousand references
 //! drawn the way the contest's generator draws its own is packed, embedded in `local-runner` (by
-//! the linker, the form of indexes over 256 MiB),
-//! held exact against the labeller's brute force over the same set (vectors, the 5 neighbours
-//! and the vote of generated and adversarial queries), and served: labelled payloads sent over
-//! HTTP get the labeller's answers.
+//! the linker, the form of indexes over 256 MiB) and held exact against the labeller's brute
+//! force over the same set (vectors, the 5 neighbours and the vote of generated and adversarial
+//! queries); then shipped beside `local-runner` (the file form, beyond 1,920 MiB), which must
+//! refuse another artifact, and served: labelled payloads sent over HTTP get the labeller's
+//! answers.
 //!
 //! It rebuilds the workspace's `local-runner` around the synthetic index (CI runs it last); the
 //! next build without `FRAUD_INDEX_ARTIFACT_IN` embeds the contest's again.
@@ -34,6 +35,9 @@ struct Report {
     pack_s: f64,
     build_s: f64,
     neighbours: serde_json::Value,
+    file_build_s: f64,
+    /// What the file form said when handed another artifact (it must refuse).
+    file_form_refusal: String,
     served: usize,
     served_wrong: usize,
     first_wrong: Option<String>,
@@ -117,20 +121,63 @@ pub fn run(a: Args) -> Result<()> {
         &seed
     );
     r.neighbours = util::last_json(&util::read(&verify)?, "local-runner verify --neighbours")?;
-    serve(&local_runner, &util::entries_of(&tests)?, &mut r)?;
+    let beside = ship_beside(&index, &refs, &mut r)?;
+    serve(&beside, &util::entries_of(&tests)?, &mut r)?;
     let nb = &r.neighbours;
     let differences: u64 = ["vector_differences", "neighbour_differences", "decision_differences"]
         .iter()
         .map(|k| nb[k].as_u64().unwrap_or(u64::MAX))
         .sum();
     let compared = nb["compared"].as_u64().unwrap_or(0);
-    let passed =
-        differences == 0 && compared >= 2_500 && r.served == a.served && r.served_wrong == 0;
+    let refused = r.file_form_refusal.contains("built with an index of");
+    let passed = differences == 0
+        && compared >= 2_500
+        && refused
+        && r.served == a.served
+        && r.served_wrong == 0;
     let figures = format!(
-        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {compared} queries against the labeller, {differences} differences; {}/{} served answers right; {:.0} s",
-        r.references, r.artifact_bytes, r.pack_s, r.build_s, r.served - r.served_wrong, r.served, t.elapsed().as_secs_f64()
+        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {compared} queries against the labeller, {differences} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; {:.0} s",
+        r.references, r.artifact_bytes, r.pack_s, r.build_s, r.file_build_s,
+        if refused { "another artifact refused" } else { "ANOTHER ARTIFACT NOT REFUSED" },
+        r.served - r.served_wrong, r.served, t.elapsed().as_secs_f64()
     );
     util::verdict("scale", passed, &figures, &r)
+}
+
+/// Builds `local-runner` in the file form and ships it with `index` beside it in a directory of
+/// its own (as a Lambda image does); checks that it refuses another file (`other`). Returns the
+/// shipped binary.
+fn ship_beside(
+    index: &std::path::Path,
+    other: &std::path::Path,
+    r: &mut Report,
+) -> Result<std::path::PathBuf> {
+    log!("scale: the same index shipped beside local-runner (FRAUD_INDEX_EMBED=file)");
+    let t = Instant::now();
+    let build = util::cargo_workspace("build", &["--bin", "local-runner"])
+        .env("FRAUD_INDEX_ARTIFACT_IN", index)
+        .env("FRAUD_INDEX_EMBED", "file");
+    util::run(&build)?;
+    r.file_build_s = t.elapsed().as_secs_f64();
+    let dir = util::xtask_dir("scale")?.join("beside");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let binary = dir.join("local-runner");
+    std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
+    std::fs::copy(index, dir.join(index_pack::embed::FILE_NAME))?;
+    let refused = cmd!(&binary, "selftest")
+        .env("FRAUD_INDEX_FILE", other)
+        .stderr_to_stdout()
+        .stdout_capture()
+        .unchecked()
+        .run()?;
+    r.file_form_refusal = if refused.status.success() {
+        "answered".into()
+    } else {
+        String::from_utf8_lossy(&refused.stdout).lines().next().unwrap_or("").to_string()
+    };
+    log!("scale: handed another file, it says: {}", r.file_form_refusal);
+    Ok(binary)
 }
 
 /// Serves the embedded index on a loopback port and sends every entry over one keep-alive

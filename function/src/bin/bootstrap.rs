@@ -190,7 +190,7 @@ fn serve(started: Instant, invocations: &AtomicU64) -> Result<(), Error> {
     if prefault {
         function::index::prefault()?;
     }
-    let artifact = function::index::artifact();
+    let artifact = function::index::artifact()?;
     // The footer is the artifact's last bytes: reading it touches one page, not the index.
     let footer = Footer::read(artifact)?;
     let header = &scorer.searcher().index().header;

@@ -1,5 +1,7 @@
 //! The Lambda package: the shipped `bootstrap` (`util::build_shipped`, the build the image's
-//! binary comes from too) in a zip, within Lambda's limits for a zip package.
+//! binary comes from too) in a zip, within Lambda's limits for a zip package. A bootstrap built
+//! in the file form (`index_pack::embed`, an index over 1,920 MiB) has its index beside it in
+//! the package directory, which only an image can ship.
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};
@@ -13,7 +15,8 @@ pub const LIMIT_UNZIPPED: u64 = 262_144_000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Package {
-    /// The directory the emulator runs (holds `bootstrap` only).
+    /// The directory the emulator runs and the image copies: `bootstrap`, and in the file form
+    /// the index beside it.
     pub dir: PathBuf,
     pub bootstrap: PathBuf,
     pub zip: PathBuf,
@@ -22,6 +25,8 @@ pub struct Package {
     pub unzipped_bytes: u64,
     /// The index artifact embedded in the binary.
     pub index_artifact: PathBuf,
+    /// The file form: the artifact's copy beside the bootstrap (`index_pack::embed::FILE_NAME`).
+    pub index_beside: Option<PathBuf>,
 }
 
 impl Package {
@@ -34,6 +39,12 @@ impl Package {
         let copied = util::sha256_file(&dest)?;
         ensure!(copied == self.sha256, "{} differs from the tested bootstrap", dest.display());
         log!("copied the tested bootstrap to {}", dest.display());
+        if let Some(index) = &self.index_beside {
+            let dest = dir.join(index_pack::embed::FILE_NAME);
+            std::fs::copy(index, &dest)
+                .with_context(|| format!("cannot copy the index to {}", dest.display()))?;
+            log!("copied the index beside it ({})", dest.display());
+        }
         Ok(())
     }
 
@@ -42,7 +53,7 @@ impl Package {
         let mib = self.unzipped_bytes as f64 / f64::from(1 << 20);
         ensure!(
             self.unzipped_bytes <= LIMIT_UNZIPPED,
-            "the bootstrap is {mib:.1} MiB, over Lambda's 250 MiB ({LIMIT_UNZIPPED} bytes) limit \
+            "the package is {mib:.1} MiB, over Lambda's 250 MiB ({LIMIT_UNZIPPED} bytes) limit \
              for a zip package (its index grew): ship it as a container image instead, `cargo \
              xtask lambda build --image` then `sam build --template template-image.yaml` \
              (docs/LAMBDA.md, \"Packaging by size\")"
@@ -81,17 +92,40 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
     std::fs::copy(built, &bootstrap)?;
-    // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
-    let zip = package_dir.join("bootstrap.zip");
-    let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
-    let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
-    z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
-    z.write_all(&std::fs::read(&bootstrap)?)?;
-    z.finish()?;
     let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
-    let (sha256, zipped_bytes, unzipped_bytes) =
-        (util::sha256_file(&bootstrap)?, len(&zip)?, len(&bootstrap)?);
-    Ok(Package { dir, bootstrap, zip, sha256, zipped_bytes, unzipped_bytes, index_artifact })
+    let zip = package_dir.join("bootstrap.zip");
+    let _ = std::fs::remove_file(&zip);
+    // A bootstrap smaller than its index does not hold it: the file form, the index beside.
+    let (index_beside, zipped_bytes) = if len(&bootstrap)? < len(&index_artifact)? {
+        let beside = dir.join(index_pack::embed::FILE_NAME);
+        // A hard link where the file system allows (an index can be gigabytes).
+        if std::fs::hard_link(&index_artifact, &beside).is_err() {
+            std::fs::copy(&index_artifact, &beside)?;
+        }
+        log!("the bootstrap maps its index from a file: {} beside it", beside.display());
+        // Over any zip's limit by construction (embed::LINKER_MAX): no zip is made.
+        (Some(beside), 0)
+    } else {
+        // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
+        let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+        z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
+        z.write_all(&std::fs::read(&bootstrap)?)?;
+        z.finish()?;
+        (None, len(&zip)?)
+    };
+    let unzipped_bytes = len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?;
+    let sha256 = util::sha256_file(&bootstrap)?;
+    Ok(Package {
+        dir,
+        bootstrap,
+        zip,
+        sha256,
+        zipped_bytes,
+        unzipped_bytes,
+        index_artifact,
+        index_beside,
+    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 
 use crate::serve::answer::ReadyFlag;
 use crate::serve::server::Background;
+use function::index::IndexError;
 use function::{Readiness, Request, Scorer};
-use index_pack::FormatError;
 use mio::Waker;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub struct Warmup<'a> {
 
 enum State {
     /// The helper thread sends its result, then wakes the loop.
-    Prefaulting(Receiver<Result<(), FormatError>>),
+    Prefaulting(Receiver<Result<(), IndexError>>),
     Querying {
         done: usize,
         prefault_ms: u64,
