@@ -36,8 +36,9 @@ struct Report {
     build_s: f64,
     neighbours: serde_json::Value,
     file_build_s: f64,
-    /// What the file form said when handed another artifact (it must refuse).
-    file_form_refusal: String,
+    /// What the file form said when handed a file of another length, then the artifact with
+    /// another footer (it must refuse both).
+    file_form_refusals: Vec<String>,
     served: usize,
     served_wrong: usize,
     first_wrong: Option<String>,
@@ -129,7 +130,8 @@ pub fn run(a: Args) -> Result<()> {
         .map(|k| nb[k].as_u64().unwrap_or(u64::MAX))
         .sum();
     let compared = nb["compared"].as_u64().unwrap_or(0);
-    let refused = r.file_form_refusal.contains("built with an index of");
+    let refused = matches!(&r.file_form_refusals[..], [length, footer]
+        if length.contains("built with an index of") && footer.contains("its footer"));
     let passed = differences == 0
         && compared >= 2_500
         && refused
@@ -138,15 +140,15 @@ pub fn run(a: Args) -> Result<()> {
     let figures = format!(
         "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {compared} queries against the labeller, {differences} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; {:.0} s",
         r.references, r.artifact_bytes, r.pack_s, r.build_s, r.file_build_s,
-        if refused { "another artifact refused" } else { "ANOTHER ARTIFACT NOT REFUSED" },
+        if refused { "other files refused" } else { "OTHER FILES NOT REFUSED" },
         r.served - r.served_wrong, r.served, t.elapsed().as_secs_f64()
     );
     util::verdict("scale", passed, &figures, &r)
 }
 
 /// Builds `local-runner` in the file form and ships it with `index` beside it in a directory of
-/// its own (as a Lambda image does); checks that it refuses another file (`other`). Returns the
-/// shipped binary.
+/// its own (as a Lambda image does); checks that it refuses another file (`other`) and the same
+/// artifact with its footer changed. Returns the shipped binary.
 fn ship_beside(
     index: &std::path::Path,
     other: &std::path::Path,
@@ -165,18 +167,27 @@ fn ship_beside(
     let binary = dir.join("local-runner");
     std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
     std::fs::copy(index, dir.join(index_pack::embed::FILE_NAME))?;
-    let refused = cmd!(&binary, "selftest")
-        .env("FRAUD_INDEX_FILE", other)
-        .stderr_to_stdout()
-        .stdout_capture()
-        .unchecked()
-        .run()?;
-    r.file_form_refusal = if refused.status.success() {
-        "answered".into()
-    } else {
-        String::from_utf8_lossy(&refused.stdout).lines().next().unwrap_or("").to_string()
-    };
-    log!("scale: handed another file, it says: {}", r.file_form_refusal);
+    // The same length with one byte of the footer's CRC32 changed: only the footer tells.
+    let mut altered = std::fs::read(index)?;
+    let at = altered.len() - index_pack::format::FOOTER_LEN + 12; // the CRC32's first byte
+
+    altered[at] ^= 1;
+    let altered_path = dir.join("altered.idx");
+    std::fs::write(&altered_path, altered)?;
+    for other in [other, altered_path.as_path()] {
+        let out = cmd!(&binary, "selftest")
+            .env("FRAUD_INDEX_FILE", other)
+            .stderr_to_stdout()
+            .stdout_capture()
+            .unchecked()
+            .run()?;
+        let said = match out.status.success() {
+            true => "answered".to_string(),
+            false => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").into(),
+        };
+        log!("scale: handed {}, it says: {said}", other.display());
+        r.file_form_refusals.push(said);
+    }
     Ok(binary)
 }
 
