@@ -25,6 +25,20 @@ pub struct Args {
     /// them (`local-runner explain --oracle`), not to events/expected.tsv's.
     #[arg(long)]
     references: Option<PathBuf>,
+    /// A template parameter for the invocations, KEY=VALUE (repeatable), e.g. the memory and
+    /// residency docs/LAMBDA.md gives for a large index: `--parameter PrefaultIndex=0
+    /// --parameter FunctionMemoryMB=3200`.
+    #[arg(long = "parameter", value_parser = parameter)]
+    parameters: Vec<String>,
+}
+
+fn parameter(s: &str) -> Result<String, String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() && !s.contains(char::is_whitespace) => {
+            Ok(s.to_string())
+        }
+        _ => Err(format!("a parameter is KEY=VALUE without spaces, not {s:?}")),
+    }
 }
 
 /// The stand-in's tag, and what `sam local invoke|start-api` are told of it (never pulled).
@@ -57,7 +71,12 @@ pub fn run(a: Args) -> Result<()> {
         let fixed = ["local", "invoke", FUNCTION, "--template", ".aws-sam/build/template.yaml"];
         // An image function runs its own image; a zip one the stand-in base under its tag.
         let base: &[&str] = if a.image { &BASE[..1] } else { &BASE };
-        let args = [&fixed[..], base, &["--event", &path]].concat();
+        let overrides = a.parameters.join(" ");
+        let params: &[&str] = match overrides.is_empty() {
+            true => &[],
+            false => &["--parameter-overrides", &overrides],
+        };
+        let args = [&fixed[..], base, params, &["--event", &path]].concat();
         let out = util::read(&tools.sam(&args).stderr_path(&log));
         let sam_log = || std::fs::read_to_string(&log).unwrap_or_default();
         let (ok, detail) = match out.and_then(|out| Answer::parse(out.trim().as_bytes())) {
@@ -105,7 +124,10 @@ fn image_build(tools: &Tools) -> Result<String> {
     let t = Instant::now();
     util::run(&tools.sam(&["build", "--template", local.to_str().context("path")?]))?;
     let mb = util::mb(pkg.unzipped_bytes);
-    log!("sam build of the image ({mb:.0} MB bootstrap) in {:.0} s", t.elapsed().as_secs_f64());
+    log!(
+        "sam build of the image ({mb:.0} MB: the bootstrap and any index beside it) in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
     Ok(pkg.sha256)
 }
 

@@ -9,7 +9,7 @@ pub mod package;
 mod preflight;
 pub mod sam;
 
-use crate::util::{self, mb};
+use crate::util::{self, log, mb};
 use anyhow::Result;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -55,6 +55,9 @@ pub fn run(args: Args) -> Result<()> {
             if image {
                 let dockerfile = util::root().join("docker/lambda-image/Dockerfile");
                 std::fs::copy(dockerfile, pkg.dir.parent().unwrap_or(&pkg.dir).join("Dockerfile"))?;
+                if let Some(hint) = package::parameters_for(pkg.unzipped_bytes) {
+                    log!("for this index deploy with --parameter-overrides {hint} (docs/LAMBDA.md, \"Packaging by size\")");
+                }
             } else {
                 // `sam build` of the zip package comes this way (the Makefile).
                 pkg.fits_a_zip()?;

@@ -62,6 +62,17 @@ impl Package {
     }
 }
 
+/// The template parameters docs/LAMBDA.md gives for a package of `bytes` when the defaults
+/// (512 MB, the index prefaulted during init) do not suit it: memory for the whole index plus
+/// 64 MB, rounded up to 128 MB; past 1 GB the index left lazy, since its read would take much
+/// of the 10 s init (and all of an invocation's timeout under `sam local invoke`).
+pub fn parameters_for(bytes: u64) -> Option<String> {
+    const MB: u64 = 1 << 20;
+    let memory = (bytes / MB + 64).next_multiple_of(128).max(512);
+    let prefault = if bytes > 1 << 30 { 0 } else { 1 };
+    (memory > 512).then(|| format!("FunctionMemoryMB={memory} PrefaultIndex={prefault}"))
+}
+
 /// Builds (unless `skip_build`) and packages the shipped bootstrap.
 pub fn build(skip_build: bool) -> Result<Package> {
     let built = if skip_build {
@@ -131,6 +142,19 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_package_gets_the_memory_and_residency_of_its_size() {
+        assert_eq!(parameters_for(96 << 20), None);
+        assert_eq!(
+            parameters_for(912_109_912).as_deref(),
+            Some("FunctionMemoryMB=1024 PrefaultIndex=1")
+        );
+        assert_eq!(
+            parameters_for(3_028_013_216).as_deref(),
+            Some("FunctionMemoryMB=3072 PrefaultIndex=0")
+        );
+    }
 
     #[test]
     fn a_package_over_the_zip_limit_names_the_image_path() {
