@@ -25,6 +25,7 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-check-cfg=cfg(fraud_index_linker)");
+    println!("cargo:rustc-check-cfg=cfg(fraud_index_file)");
     for var in [
         "FRAUD_REFERENCES",
         "FRAUD_INDEX_CODEC",
@@ -89,7 +90,6 @@ fn main() {
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT={}", out.display());
     let len = std::fs::metadata(&out).unwrap().len();
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT_LEN={len}");
-    println!("cargo:rustc-check-cfg=cfg(fraud_index_file)");
     let requested = env::var("FRAUD_INDEX_EMBED").ok();
     let form = index_pack::embed::Embed::choose(len, requested.as_deref())
         .unwrap_or_else(|e| panic!("{e}"));

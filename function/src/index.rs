@@ -80,13 +80,17 @@ fn source_file() -> Option<std::fs::File> {
 
 #[cfg(all(target_os = "linux", fraud_index_file))]
 fn source_file() -> Option<std::fs::File> {
-    std::fs::File::open(mapped::path().ok()?).ok()
+    std::fs::File::open(mapped::PATH.get()?).ok()
 }
 
 #[cfg(fraud_index_file)]
 mod mapped {
     use super::{embed, IndexError};
     use std::path::PathBuf;
+    use std::sync::OnceLock;
+
+    /// The file [`map`] mapped.
+    pub static PATH: OnceLock<PathBuf> = OnceLock::new();
 
     /// The length and footer of the artifact this binary was built with.
     const LEN: u64 = match u64::from_str_radix(env!("FRAUD_INDEX_ARTIFACT_LEN"), 10) {
@@ -97,7 +101,7 @@ mod mapped {
 
     /// `FRAUD_INDEX_FILE` if set; else the first that exists of the file beside the
     /// executable and this build's own copy.
-    pub fn path() -> Result<PathBuf, IndexError> {
+    fn path() -> Result<PathBuf, IndexError> {
         if let Some(p) = std::env::var_os("FRAUD_INDEX_FILE") {
             return Ok(PathBuf::from(p));
         }
@@ -142,6 +146,7 @@ mod mapped {
                     .into(),
             ));
         }
+        let _ = PATH.set(path);
         Ok(bytes)
     }
 }

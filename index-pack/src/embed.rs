@@ -59,11 +59,6 @@ impl Embed {
         }
         Ok(form)
     }
-
-    /// Whether the artifact ships beside the binary rather than inside it.
-    pub fn beside(self) -> bool {
-        self == Embed::File
-    }
 }
 
 #[cfg(test)]
@@ -79,7 +74,6 @@ mod tests {
         assert_eq!(choose(3_024_000_000, None), Embed::File);
         assert_eq!(choose(92_000_000, Some("file")), Embed::File);
         assert_eq!(choose(908_000_000, Some("bytes")), Embed::Bytes);
-        assert!(choose(3_024_000_000, None).beside());
     }
 
     #[test]

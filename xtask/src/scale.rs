@@ -167,10 +167,9 @@ fn ship_beside(
     let binary = dir.join("local-runner");
     std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
     std::fs::copy(index, dir.join(index_pack::embed::FILE_NAME))?;
-    // The same length with one byte of the footer's CRC32 changed: only the footer tells.
+    // The same length with the first byte of the footer's CRC32 changed: only the footer tells.
     let mut altered = std::fs::read(index)?;
-    let at = altered.len() - index_pack::format::FOOTER_LEN + 12; // the CRC32's first byte
-
+    let at = altered.len() - index_pack::format::FOOTER_LEN + 12;
     altered[at] ^= 1;
     let altered_path = dir.join("altered.idx");
     std::fs::write(&altered_path, altered)?;
