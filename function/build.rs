@@ -52,7 +52,9 @@ fn main() {
         std::io::copy(&mut file, &mut bytes)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
         check(&bytes);
-        std::fs::write(&out, &bytes).unwrap();
+        // A new file renamed into place: the file form maps this file, and a mapped file must
+        // never change under its reader.
+        index_pack::write_atomically(&out, &bytes).unwrap();
     } else {
         let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
         let refs = env::var_os("FRAUD_REFERENCES")
@@ -113,7 +115,7 @@ fn main() {
             file.seek(SeekFrom::End(-(footer.len() as i64))).unwrap();
             file.read_exact(&mut footer).unwrap();
             let footer_path = out_dir.join("fraud-index-footer.bin");
-            std::fs::write(&footer_path, footer).unwrap();
+            index_pack::write_atomically(&footer_path, &footer).unwrap();
             println!(
                 "cargo:rustc-env=FRAUD_INDEX_FOOTER={}",
                 footer_path.display()

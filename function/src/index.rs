@@ -11,10 +11,28 @@
 //!   reads the file once. The static runtime's 32-bit offsets must still span the binary, so
 //!   the whole binary stays within 2 GiB;
 //! - `file` (beyond): the artifact ships beside the binary ([`embed::FILE_NAME`]) and is mapped
-//!   read-only at first use, the same lazy, zero-copy pages as the other forms; the binary keeps
-//!   the artifact's length and footer (format version, archive length, CRC32) and refuses any
-//!   other file. The file is looked up in `FRAUD_INDEX_FILE` if set, else beside the
-//!   executable, else where this build left it (a build machine's own runs).
+//!   read-only at first use, the same lazy, zero-copy pages as the other forms ([`file`]). The
+//!   file is looked up in `FRAUD_INDEX_FILE` if set, else beside the executable, else where
+//!   this build left it (a build machine's own runs).
+//!
+//! What the binary checks before it serves, by form and residency:
+//! - every form, every residency: the footer (magic, format version, archive length), the
+//!   rkyv archive's validation (bounds and alignment of every table) and the tables' layout
+//!   (`index_pack::format::open`): no row or box is read;
+//! - the file form also: the file's length and its footer's bytes (which hold the CRC32 the
+//!   archive had) equal those of the artifact the binary was built with;
+//! - `Prefault` and `HugePages` also read everything: the CRC32 and every value and box
+//!   (`index_pack::format::verify_deep`).
+//!
+//! So `Lazy` serves rows that nothing read before the first query (that is what makes its
+//! start fast). What guarantees their bytes: the build script runs `verify_deep` on the
+//! artifact it embeds (or ships beside the binary), the Lambda package and the file form's
+//! checks of `cargo xtask scale` run it again on the very file they ship, and every write of
+//! an artifact is a new file renamed into place, so a mapped file never changes. What would
+//! happen anyway on other bytes: the search clamps every lane (`search/kernels.rs`), so no
+//! bytes that pass `open` make it overflow, panic or read out of bounds (the `index_open` fuzz
+//! target); they only give wrong answers. A file truncated while mapped raises SIGBUS on the
+//! next read of a lost page: [`file`] reports it in one line before the process dies.
 //!
 //! In the first two forms the bytes are in the binary's read-only data, mapped, not copied.
 //!
@@ -34,11 +52,7 @@
 //!   residency"), so the stack's compose file asks for them. They cost a copy at start and
 //!   anonymous memory the size of the artifact, so they are not the binary's default.
 //!
-//! The build script verified the CRC before embedding; `Prefault` and `HugePages` check it again
-//! on the bytes actually served.
 
-#[cfg(fraud_index_file)]
-use index_pack::embed;
 use index_pack::format::{self, ArchivedIndex, FormatError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -68,7 +82,7 @@ fn artifact_bytes() -> Result<&'static [u8], IndexError> {
 #[cfg(fraud_index_file)]
 fn artifact_bytes() -> Result<&'static [u8], IndexError> {
     static MAPPED: OnceLock<Result<&'static [u8], IndexError>> = OnceLock::new();
-    MAPPED.get_or_init(mapped::map).clone()
+    MAPPED.get_or_init(built_file::map).clone()
 }
 
 /// The file the artifact's pages come from, for [`release_file_pages`]: this executable, or in
@@ -80,24 +94,25 @@ fn source_file() -> Option<std::fs::File> {
 
 #[cfg(all(target_os = "linux", fraud_index_file))]
 fn source_file() -> Option<std::fs::File> {
-    std::fs::File::open(mapped::PATH.get()?).ok()
+    std::fs::File::open(file::mapped_path()?).ok()
 }
 
+/// The artifact this binary was built with, in the file form: where to find it and what it
+/// must be.
 #[cfg(fraud_index_file)]
-mod mapped {
-    use super::{embed, IndexError};
+mod built_file {
+    use super::{file, IndexError};
+    use index_pack::embed;
     use std::path::PathBuf;
-    use std::sync::OnceLock;
-
-    /// The file [`map`] mapped.
-    pub static PATH: OnceLock<PathBuf> = OnceLock::new();
 
     /// The length and footer of the artifact this binary was built with.
-    const LEN: u64 = match u64::from_str_radix(env!("FRAUD_INDEX_ARTIFACT_LEN"), 10) {
-        Ok(n) => n,
-        Err(_) => panic!("FRAUD_INDEX_ARTIFACT_LEN is not a number"),
+    const EXPECTED: file::Expected = file::Expected {
+        len: match u64::from_str_radix(env!("FRAUD_INDEX_ARTIFACT_LEN"), 10) {
+            Ok(n) => n,
+            Err(_) => panic!("FRAUD_INDEX_ARTIFACT_LEN is not a number"),
+        },
+        footer: include_bytes!(env!("FRAUD_INDEX_FOOTER")),
     };
-    static FOOTER: &[u8] = include_bytes!(env!("FRAUD_INDEX_FOOTER"));
 
     /// `FRAUD_INDEX_FILE` if set; else the first that exists of the file beside the
     /// executable and this build's own copy.
@@ -112,66 +127,250 @@ mod mapped {
         let found = beside.into_iter().chain([built]).find(|p| p.is_file());
         found.ok_or_else(|| {
             IndexError::File(format!(
-                "this binary maps its index from a file ({LEN} bytes; built with \
-                     FRAUD_INDEX_EMBED=file) and finds none: ship {} beside it or name it \
-                     with FRAUD_INDEX_FILE",
+                "this binary maps its index from a file ({} bytes; built with \
+                 FRAUD_INDEX_EMBED=file) and finds none: ship {} beside it or name it with \
+                 FRAUD_INDEX_FILE",
+                EXPECTED.len,
                 embed::FILE_NAME
             ))
         })
     }
 
-    /// Maps the artifact read-only for the process's lifetime, after checking that it is the
-    /// one this binary was built with (length and footer; `Prefault` checks its CRC32 too).
     pub fn map() -> Result<&'static [u8], IndexError> {
-        let path = path()?;
+        file::map(&path()?, &EXPECTED)
+    }
+}
+
+/// The file form's mapping: an artifact file mapped read-only for the life of the process,
+/// after checking that it is the expected one, with a SIGBUS report for a file truncated while
+/// mapped.
+pub mod file {
+    use super::IndexError;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+
+    /// What the mapped file must be: the built artifact's length and last bytes (its footer:
+    /// format version, archive length, CRC32).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Expected {
+        pub len: u64,
+        pub footer: &'static [u8],
+    }
+
+    /// The file [`map`] mapped.
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+
+    /// The path of the mapped index file, once mapped.
+    pub fn mapped_path() -> Option<&'static Path> {
+        PATH.get().map(PathBuf::as_path)
+    }
+
+    /// Maps `path` read-only for the process's lifetime, after checking its length and footer
+    /// against `expected`.
+    pub fn map(path: &Path, expected: &Expected) -> Result<&'static [u8], IndexError> {
         let fail = |what: String| IndexError::File(format!("{}: {what}", path.display()));
-        let file = std::fs::File::open(&path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
         let len = file.metadata().map_err(|e| fail(e.to_string()))?.len();
-        if len != LEN {
+        if len != expected.len {
             return Err(fail(format!(
-                "{len} bytes, but this binary was built with an index of {LEN}: ship the \
-                 artifact it was built with"
+                "{len} bytes, but this binary was built with an index of {}: ship the \
+                 artifact it was built with",
+                expected.len
             )));
         }
-        // SAFETY: the map is read-only and lives for the process (leaked below). The file must
-        // not be truncated or rewritten while mapped (as an executable's own pages); the
-        // deployment ships it read-only beside the binary.
+        // SAFETY: a read-only private map, leaked for the life of the process. Its bytes are
+        // read as plain `u8`; a file rewritten in place would change them under the map (the
+        // project only replaces artifacts by renaming a new file over them, which leaves this
+        // inode as it is), and one truncated makes a read of a lost page raise SIGBUS, which
+        // `on_sigbus` reports before the process dies. No other process state depends on them.
         let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
             .map_err(|e| fail(e.to_string()))?;
         let bytes: &'static [u8] = Box::leak(Box::new(map));
-        if &bytes[bytes.len() - FOOTER.len()..] != FOOTER {
+        if bytes.len() < expected.footer.len()
+            || &bytes[bytes.len() - expected.footer.len()..] != expected.footer
+        {
             return Err(fail(
                 "its footer (format version, archive length, CRC32) is not that of the index \
                  this binary was built with: ship the artifact it was built with"
                     .into(),
             ));
         }
-        let _ = PATH.set(path);
+        report_truncation(path, bytes);
+        let _ = PATH.set(path.to_path_buf());
         Ok(bytes)
+    }
+
+    static RANGE: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    static MESSAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+
+    /// Installs [`on_sigbus`] for the mapped range (one mapping per process).
+    fn report_truncation(path: &Path, bytes: &'static [u8]) {
+        let message = format!(
+            "fraud index: {} was truncated while mapped (a read of the index faulted with \
+             SIGBUS): the process stops. Replace an index file only by renaming a new file \
+             over it.\n",
+            path.display()
+        );
+        if MESSAGE.set(message.into_bytes()).is_err() {
+            return;
+        }
+        let start = bytes.as_ptr() as usize;
+        RANGE[0].store(start, Ordering::Release);
+        RANGE[1].store(start + bytes.len(), Ordering::Release);
+        // SAFETY: sigaction with a handler of the SA_SIGINFO signature; `old` is written by
+        // the call and kept for the handler to restore.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut action.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, &action, &mut old) == 0 {
+                let _ = PREVIOUS.set(old);
+            }
+        }
+    }
+
+    /// A SIGBUS inside the mapped index: the file lost pages (truncated). Writes the message,
+    /// then puts back the previous action (Rust's own, or the default) and returns: the read
+    /// faults again and that action ends the process. Only async-signal-safe calls.
+    extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; MESSAGE and
+        // PREVIOUS were set before the handler was installed and are never changed.
+        unsafe {
+            let addr = (*info).si_addr() as usize;
+            let inside = (RANGE[0].load(Ordering::Acquire)..RANGE[1].load(Ordering::Acquire))
+                .contains(&addr);
+            if let (true, Some(m)) = (inside, MESSAGE.get()) {
+                libc::write(2, m.as_ptr().cast(), m.len());
+            }
+            match PREVIOUS.get() {
+                Some(previous) => libc::sigaction(libc::SIGBUS, previous, std::ptr::null_mut()),
+                None => {
+                    libc::signal(libc::SIGBUS, libc::SIG_DFL);
+                    0
+                }
+            };
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A file truncated while mapped: the next read of a lost page ends the process with
+        /// SIGBUS and one line that names the file. Run in a child process (this same test,
+        /// with `FRAUD_SIGBUS_CHILD` set).
+        #[test]
+        fn a_file_truncated_while_mapped_is_reported() {
+            use std::os::unix::process::ExitStatusExt;
+            let path =
+                std::env::temp_dir().join(format!("fraud-sigbus-{}.idx", std::process::id()));
+            if let Some(p) = std::env::var_os("FRAUD_SIGBUS_CHILD") {
+                let p = PathBuf::from(p);
+                let bytes = std::fs::read(&p).unwrap();
+                let footer: &'static [u8] = bytes[bytes.len() - 32..].to_vec().leak();
+                let expected = Expected {
+                    len: bytes.len() as u64,
+                    footer,
+                };
+                let mapped = map(&p, &expected).unwrap();
+                std::fs::File::options()
+                    .write(true)
+                    .open(&p)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+                std::hint::black_box(mapped[100_000]);
+                unreachable!("the read above faults");
+            }
+            std::fs::write(&path, vec![7u8; 200_000]).unwrap();
+            let me = std::env::current_exe().unwrap();
+            let out = std::process::Command::new(me)
+                .args([
+                    "--exact",
+                    "index::file::tests::a_file_truncated_while_mapped_is_reported",
+                ])
+                .env("FRAUD_SIGBUS_CHILD", &path)
+                .output()
+                .unwrap();
+            let _ = std::fs::remove_file(&path);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{stderr}");
+            assert!(stderr.contains("was truncated while mapped"), "{stderr}");
+            assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+        }
+
+        #[test]
+        fn a_file_of_another_length_or_footer_is_refused() {
+            let path = std::env::temp_dir().join(format!("fraud-other-{}.idx", std::process::id()));
+            std::fs::write(&path, vec![1u8; 4096]).unwrap();
+            let footer: &'static [u8] = &[1; 32];
+            let long = map(&path, &Expected { len: 4097, footer }).unwrap_err();
+            assert!(
+                long.to_string()
+                    .contains("4096 bytes, but this binary was built with an index of 4097"),
+                "{long}"
+            );
+            let other = map(
+                &path,
+                &Expected {
+                    len: 4096,
+                    footer: &[2; 32],
+                },
+            )
+            .unwrap_err();
+            assert!(other.to_string().contains("its footer"), "{other}");
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
-#[cfg(fraud_index_linker)]
-mod linked {
-    // The artifact's bytes, read by the assembler into a large-data section of their own, page
-    // aligned. Where the linker puts it (rust-lld: before `.text`) matters only through the
-    // binary's total size, which `index_pack::embed::LINKER_MAX` bounds.
-    std::arch::global_asm!(
+/// The assembly that includes an artifact file in a section of its own under the symbol
+/// `fraud_index_artifact`, and fails to assemble unless the file has exactly `$len` bytes (the
+/// length the Rust side declares). Both arguments are string literals (or `env!`/`concat!`).
+#[cfg_attr(not(fraud_index_linker), allow(unused_macros))]
+macro_rules! linked_artifact_asm {
+    ($path:expr, $len:expr) => {
         concat!(
             ".pushsection .lrodata.fraud_index,\"a\",@progbits\n",
             ".balign 4096\n",
             ".globl fraud_index_artifact\n",
             "fraud_index_artifact:\n",
             ".incbin \"",
-            env!("FRAUD_INDEX_ARTIFACT"),
+            $path,
             "\"\n",
+            "fraud_index_artifact_end:\n",
+            ".if fraud_index_artifact_end - fraud_index_artifact - ",
+            $len,
+            "\n",
+            ".error \"the included index artifact does not have the length the binary declares\"\n",
+            ".endif\n",
             ".popsection\n"
+        )
+    };
+}
+
+#[cfg(fraud_index_linker)]
+mod linked {
+    // The artifact's bytes, read by the assembler into a large-data section of its own, page
+    // aligned; the assembler refuses a file of another length than `LEN` (the macro's `.if`).
+    // Where the linker puts the section (rust-lld: before `.text`) does not matter to the
+    // reference below, only the binary's total size does, which `index_pack::embed::LINKER_MAX`
+    // bounds (docs/results/2026-12-06-index-forms.md).
+    std::arch::global_asm!(
+        linked_artifact_asm!(
+            env!("FRAUD_INDEX_ARTIFACT"),
+            env!("FRAUD_INDEX_ARTIFACT_LEN")
         ),
         options(raw)
     );
 
     extern "C" {
-        // Declared with its real length, so that a reference to it is in bounds.
+        // Declared with its length, which the assembler checked: a reference to it is in
+        // bounds.
         static fraud_index_artifact: [u8; LEN];
     }
 
@@ -181,9 +380,9 @@ mod linked {
         Err(_) => panic!("FRAUD_INDEX_ARTIFACT_LEN is not a number"),
     };
 
-    // SAFETY: `fraud_index_artifact` labels LEN bytes the assembler copied from the artifact
-    // into a read-only, allocated section of this binary: valid, never written, for the whole
-    // process.
+    // SAFETY: `fraud_index_artifact` labels the LEN bytes (checked by the assembler) it copied
+    // from the artifact into a read-only, allocated section of this binary: valid, never
+    // written, for the whole process.
     pub static ARTIFACT: &[u8] = unsafe { &fraud_index_artifact };
 }
 
@@ -385,6 +584,43 @@ mod tests {
         assert_eq!(
             format::open(copy).unwrap().lists.len(),
             format::open(source).unwrap().lists.len()
+        );
+    }
+
+    /// The linker form's length check: the assembly it includes the artifact with assembles
+    /// when the declared length is the file's, and stops with its `.error` otherwise (the GNU
+    /// assembler, as rustc's integrated one reads the same directives).
+    #[test]
+    fn the_linked_artifact_must_have_the_declared_length() {
+        let assemble = |asm: &str| {
+            let dir = std::env::temp_dir();
+            let src = dir.join(format!("fraud-incbin-{}.s", std::process::id()));
+            std::fs::write(&src, asm).unwrap();
+            let out = std::process::Command::new("as")
+                .arg(&src)
+                .arg("-o")
+                .arg(dir.join(format!("fraud-incbin-{}.o", std::process::id())))
+                .output()
+                .expect("the GNU assembler (binutils) runs");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin");
+        assert_eq!(std::fs::metadata(FIXTURE).unwrap().len(), 16);
+        let (ok, said) = assemble(linked_artifact_asm!(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin"),
+            "16"
+        ));
+        assert!(ok, "{said}");
+        let (ok, said) = assemble(linked_artifact_asm!(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin"),
+            "17"
+        ));
+        assert!(
+            !ok && said.contains("does not have the length the binary declares"),
+            "{said}"
         );
     }
 

@@ -9,59 +9,23 @@
 //! valid artifact (byte overwrites at chosen offsets, a length change, optionally a footer
 //! recomputed over the damage with its true CRC32, as a packer bug would write it); an artifact
 //! that `verify_deep` accepts must satisfy this target's own independent checks of those
-//! invariants, and one that satisfies them must answer searches without a panic. Run with
+//! invariants, and one that satisfies them must answer searches without a panic (the search of
+//! what only `open` accepted is the `index_open` target's). Run with
 //! AddressSanitizer (cargo fuzz's default), it also watches the search's unsafe layout casts and
 //! the AVX2 kernels on arbitrary row, bound and centroid values.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use fraud_fuzz::fixture;
+use fraud_fuzz::damage::Input;
 use function::search::{SearchParams, Searcher};
 use index_pack::format::{self, ArchivedCodes, ArchivedIndex, LANES};
 use libfuzzer_sys::fuzz_target;
-
-#[derive(Arbitrary, Debug)]
-struct Edit {
-    /// Where to write, as a fraction of the artifact length (u16 / 65536).
-    at: u16,
-    bytes: Vec<u8>,
-}
-
-#[derive(Arbitrary, Debug)]
-struct Input {
-    edits: Vec<Edit>,
-    /// Bytes cut from the end (only the archive, the footer is rewritten when `fix_footer`).
-    cut: u16,
-    /// Recompute the footer (length, true CRC32) after the edits, as a packer bug would.
-    fix_footer: bool,
-    queries: Vec<[i16; 14]>,
-}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
-    let good = fixture().i16_artifact;
-    let footer_len = format::FOOTER_LEN;
-    let mut archive = good[..good.len() - footer_len].to_vec();
-    for e in &input.edits {
-        let at = (e.at as usize * archive.len()) >> 16;
-        let end = (at + e.bytes.len()).min(archive.len());
-        archive[at..end].copy_from_slice(&e.bytes[..end - at]);
-    }
-    archive.truncate(archive.len().saturating_sub(input.cut as usize));
-    let mut artifact = archive.clone();
-    if input.fix_footer {
-        let footer = format::Footer {
-            format_version: format::FORMAT_VERSION,
-            archive_len: archive.len() as u64,
-            crc32: crc32fast::hash(&archive),
-        };
-        artifact.extend_from_slice(&footer.to_bytes());
-    } else {
-        artifact.extend_from_slice(&good[good.len() - footer_len..]);
-    }
-    let aligned = format::aligned_copy(&artifact);
+    let aligned = input.artifact();
     let Ok(index) = format::open(&aligned) else {
         return;
     };
@@ -93,23 +57,7 @@ fuzz_target!(|data: &[u8]| {
     if !searchable {
         return;
     }
-    // Queries from the vectorizer's domain: [0, 10000], dims 5 and 6 also -10000, binary dims.
-    let mut queries: Vec<[i16; 14]> = input
-        .queries
-        .iter()
-        .map(|q| {
-            let mut v = q.map(|x| x.rem_euclid(10_001));
-            for d in [9, 10, 11] {
-                v[d] = if v[d] % 2 == 1 { 10_000 } else { 0 };
-            }
-            if q[5] < 0 {
-                v[5] = -10_000;
-                v[6] = -10_000;
-            }
-            v
-        })
-        .collect();
-    queries.push([0; 14]);
+    let queries = input.domain_queries();
     for q in &queries {
         for s in [
             Searcher::new(index, SearchParams::default()),

@@ -5,6 +5,7 @@
 // Lane loops read several arrays in lockstep; indexing says that more plainly than zips.
 #![allow(clippy::needless_range_loop)]
 
+pub mod damage;
 pub mod gen;
 pub mod http;
 

@@ -84,6 +84,34 @@ pub const GROUP_ROWS: usize = 8;
 pub const PAD_ID: u32 = u32::MAX;
 /// Largest fixed-point squared distance between two vectors of the valid domain.
 pub const MAX_DISTANCE: i64 = 12 * 10_000 * 10_000 + 2 * 20_000 * 20_000;
+const _: () = assert!(MAX_DISTANCE < i32::MAX as i64, "distances are i32");
+
+/// Smallest fixed-point value of each dimension: -1 (the sentinel) for dims 5 and 6, else 0.
+pub const DIM_MIN: [i16; DIMS] = [0, 0, 0, 0, 0, -10_000, -10_000, 0, 0, 0, 0, 0, 0, 0];
+/// Largest fixed-point value of each dimension (1).
+pub const DIM_MAX: [i16; DIMS] = [10_000; DIMS];
+
+/// The domain of each stored row lane, `LANE_MIN[l]..=LANE_MAX[l]`: its dimension's, and 0 for
+/// the padding lane.
+pub const LANE_MIN: [i16; LANES] = lane_table(&DIM_MIN);
+pub const LANE_MAX: [i16; LANES] = lane_table(&DIM_MAX);
+
+const fn lane_table(by_dim: &[i16; DIMS]) -> [i16; LANES] {
+    let mut out = [0; LANES];
+    let mut l = 0;
+    while l < ROW_DIMS.len() {
+        out[l] = by_dim[ROW_DIMS[l]];
+        l += 1;
+    }
+    out
+}
+
+/// A query clamped into the domain every reference lies in. The vectorizer already gives such
+/// queries; the search clamps anyway, so that no query can push a distance past
+/// [`MAX_DISTANCE`].
+pub fn clamp_query(q: &[i16; DIMS]) -> [i16; DIMS] {
+    std::array::from_fn(|d| q[d].clamp(DIM_MIN[d], DIM_MAX[d]))
+}
 /// Number of possible list keys.
 pub const KEYS: usize = 1 << KEY_DIMS.len();
 
@@ -577,10 +605,8 @@ pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
 /// The fixed-point values a lane may hold: dims 5 and 6 (lanes 5 and 6) carry the -1 sentinel,
 /// the other row lanes are in [0, 1], the padding lane and the lanes past it are 0.
 fn lane_domain(lane: usize) -> std::ops::RangeInclusive<i16> {
-    const ONE: i16 = SCALE as i16;
     match lane {
-        5 | 6 => -ONE..=ONE,
-        l if l < LANES - 1 => 0..=ONE,
+        l if l < LANES => LANE_MIN[l]..=LANE_MAX[l],
         _ => 0..=0,
     }
 }

@@ -158,7 +158,9 @@ pub fn write_parts_atomically(path: &std::path::Path, parts: &[&[u8]]) -> anyhow
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let tmp = path.with_extension("idx.tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
     let written = (|| {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
         for p in parts {

@@ -1142,6 +1142,32 @@ fn at_the_cap_a_new_connection_takes_the_place_of_an_unproductive_one() {
     assert!(closed_by_server(&mut r));
 }
 
+/// The head of an unfinished 64,000-byte body, and 60 KB of it: what a hoarder sends.
+const HOARD_HEAD: &str = "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 64000\r\n\r\n";
+
+/// A connection holding `bytes` of an unfinished body, or `None` if the server closed it
+/// while it was sending.
+fn hoard(server: &Server, bytes: usize) -> Option<std::os::unix::net::UnixStream> {
+    let mut s = server.connect();
+    let part = "x".repeat(bytes);
+    (s.write_all(HOARD_HEAD.as_bytes()).is_ok() && s.write_all(part.as_bytes()).is_ok())
+        .then_some(s)
+}
+
+/// What a hoarding connection got by now: `None` while the server still holds its request, else
+/// whether it was told 503 "server busy" (a reset counts as turned away too).
+fn turned_away(s: &mut std::os::unix::net::UnixStream) -> Option<bool> {
+    let mut buf = [0u8; 256];
+    s.set_nonblocking(true).unwrap();
+    let got = match s.read(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Ok(n) => Some(n == 0 || String::from_utf8_lossy(&buf[..n]).contains("503 ")),
+        Err(_) => Some(true),
+    };
+    s.set_nonblocking(false).unwrap();
+    got
+}
+
 #[test]
 fn the_memory_budget_turns_connections_away_before_it_is_exceeded() {
     let server = start_ready(
@@ -1157,47 +1183,24 @@ fn the_memory_budget_turns_connections_away_before_it_is_exceeded() {
     );
     std::thread::sleep(Duration::from_millis(100));
     let before = proc_status_kb(server.pid(), "RssAnon");
-    // Connections that each hold 60 KB of an unfinished 64,000-byte body: about 1 MiB of them
-    // is kept, the rest is turned away.
-    let head = "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: 64000\r\n\r\n";
-    let part = "x".repeat(60_000);
-    let (mut kept, mut refused) = (Vec::new(), 0);
-    for _ in 0..60 {
-        let mut s = server.connect();
-        if s.write_all(head.as_bytes()).is_err() || s.write_all(part.as_bytes()).is_err() {
-            refused += 1; // closed while sending: turned away
-            continue;
-        }
-        s.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut first = [0u8; 1];
-        match r.read(&mut first) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => kept.push(s),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => refused += 1,
-            Ok(_) => {
-                let mut rest = String::new();
-                let _ = r.read_to_string(&mut rest);
-                assert!(rest.starts_with("TTP/1.1 503 "), "{rest}");
-                assert!(rest.contains(r#"{"error":"server busy"}"#), "{rest}");
-                refused += 1;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
+    // 60 connections that each hold 60 KB of an unfinished 64,000-byte body, one after the
+    // other: about 1 MiB of them is held at any time, the rest is turned away (the largest
+    // holders first, so a newcomer may take the place of an earlier one).
+    let mut conns: Vec<_> = (0..60).filter_map(|_| hoard(&server, 60_000)).collect();
+    std::thread::sleep(Duration::from_millis(300));
     let during = proc_status_kb(server.pid(), "RssAnon");
-    eprintln!(
-        "kept {}, refused {refused}; anonymous RSS {before} KiB -> {during} KiB",
-        kept.len()
-    );
-    assert!((4..=20).contains(&kept.len()), "kept {}", kept.len());
-    assert!(refused >= 40, "refused {refused}");
+    let answers: Vec<Option<bool>> = conns.iter_mut().map(turned_away).collect();
+    let held = answers.iter().filter(|a| a.is_none()).count();
+    let refused = 60 - held;
+    eprintln!("held {held}, turned away {refused}; anonymous RSS {before} KiB -> {during} KiB");
+    assert!((4..=20).contains(&held), "held {held}");
+    assert!(answers.iter().flatten().all(|&busy| busy), "{answers:?}");
     assert!(
         during.saturating_sub(before) < 4 * 1024,
         "{before} -> {during} KiB"
     );
     // Once the held requests are gone, new connections are served again.
-    drop(kept);
+    drop(conns);
     let deadline = Instant::now() + PATIENCE;
     loop {
         let resp = server.one(request("POST", "/fraud-score", LEGIT).as_bytes());
@@ -1209,13 +1212,93 @@ fn the_memory_budget_turns_connections_away_before_it_is_exceeded() {
     }
 }
 
+/// Connections that keep the total held at the memory budget (each turned-away one replaced at
+/// once) cannot lock newcomers out: the largest holders are turned away first, so a fresh
+/// connection per request whose body arrives in two halves (the server holds the first
+/// meanwhile) is always served, a plain one and one with 2,000 known merchants (24 KB) alike.
+/// The hoarders hold 60 KB each, and small ones 3 KB each fill the room left.
 #[test]
-fn out_of_descriptors_the_server_retries_accept_and_serves_the_queue() {
-    // 40 descriptors: the connection cap is lowered to fit (a warning), and a burst of 100
-    // connections runs the process out of descriptors while the refused ones linger. Every
-    // connection still gets an answer: accept is retried after a back-off, not only when a new
-    // connection arrives (none does here).
-    let server = start_ready_with_open_files("emfile", &[], 40);
+fn under_memory_pressure_the_largest_holders_go_first_and_newcomers_are_served() {
+    let server = start_ready(
+        "pressure",
+        &[
+            "--memory-budget-mb",
+            "1",
+            "--header-timeout-ms",
+            "5000",
+            "--body-timeout-ms",
+            "5000",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let before = proc_status_kb(server.pid(), "RssAnon");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (statuses, replaced) = std::thread::scope(|scope| {
+        let hoarders = scope.spawn(|| {
+            // 60 KB each, and small ones of 3 KB that fill what room they leave.
+            let (mut large, mut small, mut replaced) = (Vec::new(), Vec::new(), 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                large.retain_mut(|s| turned_away(s).is_none());
+                small.retain_mut(|s| turned_away(s).is_none());
+                while large.len() < 20 {
+                    replaced += 1;
+                    large.extend(hoard(&server, 60_000));
+                }
+                while small.len() < 40 {
+                    replaced += 1;
+                    small.extend(hoard(&server, 3_000));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            replaced
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let merchants: Vec<String> = (0..2_000).map(|i| format!("\"MERC-{i:04}\"")).collect();
+        let large = LEGIT.replace(
+            r#"["MERC-003","MERC-016"]"#,
+            &format!("[{}]", merchants.join(",")),
+        );
+        let statuses: Vec<u16> = (0..100)
+            .map(|i| {
+                let body = if i % 2 == 0 { LEGIT } else { large.as_str() }.as_bytes();
+                let head = format!(
+                    "POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                let (first, second) = body.split_at(body.len() / 2);
+                let mut s = server.connect();
+                s.write_all(&[head.as_bytes(), first].concat()).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+                if s.write_all(second).is_err() {
+                    return 0;
+                }
+                read_response(&mut BufReader::new(s)).status
+            })
+            .collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (statuses, hoarders.join().unwrap())
+    });
+    let during = proc_status_kb(server.pid(), "RssAnon");
+    let served = statuses.iter().filter(|&&s| s == 200).count();
+    eprintln!(
+        "newcomers served {served}/100 ({statuses:?}); hoarders opened {replaced}; anonymous RSS {before} KiB -> {during} KiB"
+    );
+    assert!(
+        replaced > 24,
+        "the hoarders were never turned away: no pressure"
+    );
+    assert_eq!(served, 100, "{statuses:?}");
+    assert!(
+        during.saturating_sub(before) < 4 * 1024,
+        "{before} -> {during} KiB"
+    );
+}
+
+#[test]
+fn with_few_descriptors_every_connection_of_a_burst_gets_an_answer() {
+    // 40 descriptors: 8 connections and the process's own, no room for lingering sheds (they
+    // are closed at once). A burst of 100 connections: every one still gets an answer.
+    let server = start_ready_with_open_files("emfile", &["--max-connections", "8"], 40);
     std::thread::sleep(Duration::from_millis(100));
     let conns: Vec<_> = (0..100)
         .map(|_| {
@@ -1238,4 +1321,24 @@ fn out_of_descriptors_the_server_retries_accept_and_serves_the_queue() {
         "{statuses:?}"
     );
     assert!(statuses.contains_key(&200));
+}
+
+/// An open-files limit too low for the connection cap is a clear error at start, with the
+/// numbers, never a silently lower cap.
+#[test]
+fn too_few_descriptors_for_the_connection_cap_is_an_error_at_start() {
+    let out = command_with_open_files("unix:/tmp/never.sock", &[], 200)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("--max-connections 1024 needs 1056 open files"),
+        "{said}"
+    );
+    assert!(
+        said.contains("the hard limit on open files is 200"),
+        "{said}"
+    );
 }

@@ -277,10 +277,54 @@ fn stable_index_copy() -> Result<Option<PathBuf>> {
     let modified = std::fs::metadata(&packed)?.modified()?;
     let current = std::fs::metadata(&copy).and_then(|m| m.modified()).ok() == Some(modified);
     if !current {
-        std::fs::copy(&packed, &copy)?;
-        std::fs::File::options().write(true).open(&copy)?.set_modified(modified)?;
+        copy_atomically(&packed, &copy, Some(modified))?;
     }
     Ok(Some(copy))
+}
+
+/// Copies `from` to a new file beside `to`, optionally dated `modified`, then renames it over
+/// `to`: an artifact may be mapped by a running binary (the file form), and a rename leaves the
+/// mapped file as it was where a copy over it would change its bytes under the reader.
+pub fn copy_atomically(
+    from: &Path,
+    to: &Path,
+    modified: Option<std::time::SystemTime>,
+) -> Result<()> {
+    let tmp = PathBuf::from(format!("{}.tmp.{}", to.display(), std::process::id()));
+    std::fs::copy(from, &tmp)
+        .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;
+    if let Some(t) = modified {
+        std::fs::File::options().write(true).open(&tmp)?.set_modified(t)?;
+    }
+    std::fs::rename(&tmp, to)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
+}
+
+/// Reads the artifact file about to be shipped and checks it as the build script checks what it
+/// embeds (`format::verify_deep`: CRC32, every value and box), and that it is `built` byte for
+/// byte in length and footer (what the binary compares at start).
+pub fn verify_shipped_index(shipped: &Path, built: &Path) -> Result<()> {
+    use index_pack::format;
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = format::aligned_copy(&[]);
+    let mut file =
+        std::fs::File::open(shipped).with_context(|| format!("no {}", shipped.display()))?;
+    std::io::copy(&mut file, &mut bytes)?;
+    format::verify_deep(&bytes)
+        .with_context(|| format!("{} is not a valid index", shipped.display()))?;
+    let mut built_file = std::fs::File::open(built)?;
+    let mut footer = [0u8; format::FOOTER_LEN];
+    built_file.seek(SeekFrom::End(-(format::FOOTER_LEN as i64)))?;
+    built_file.read_exact(&mut footer)?;
+    let same = built_file.metadata()?.len() == bytes.len() as u64
+        && bytes[bytes.len() - format::FOOTER_LEN..] == footer;
+    ensure!(
+        same,
+        "{} is not the artifact the binary was built with ({})",
+        shipped.display(),
+        built.display()
+    );
+    Ok(())
 }
 
 /// The newest index `function`'s build script packed below `build`.

@@ -1,19 +1,71 @@
 //! The four inner loops of the search, each in a portable scalar form and an AVX2 form.
 //!
-//! All distances are fixed-point squared L2 (units of 1e-8) in `i32`. Every value of an index
-//! lies in [-10000, 10000] (dims other than 5 and 6 in [0, 10000]): the packer writes only
-//! such values and `index_pack::format::verify_deep` refuses an artifact with any other (the
-//! build script runs it on every embedded artifact, the prefault and huge-page residencies on
-//! the bytes served); the query comes from the same domain (the vectorizer clamps). So
-//! per-lane differences fit an `i16`, and a whole distance, key constant included, is at most
-//! `MAX_DISTANCE` = 2.0e9 < `i32::MAX`: no kernel can overflow, which is why the AVX2 code may
-//! use wrapping 16-bit subtraction and `madd`.
+//! All distances are fixed-point squared L2 (units of 1e-8) in `i32`. Every value the packer
+//! writes lies in its lane's domain (dims 5 and 6 in [-10000, 10000], the other row lanes in
+//! [0, 10000], the padding lane 0) and the query is clamped into the same domain
+//! ([`Prepared::new`]), so a per-lane difference is at most [`LANE_SPAN`] and a whole distance,
+//! key constant included, at most `MAX_DISTANCE` = 2.0e9 < `i32::MAX`.
+//!
+//! The kernels do not rely on the index for that bound. An artifact is opened without reading
+//! its rows (the lazy residencies, `index_pack::format::open`), so a damaged row or box could
+//! hold any `i16`; every kernel therefore saturates each per-lane difference and clamps its
+//! magnitude to [`LANE_SPAN`] before squaring (fp16: clamps the value into its lane's range).
+//! On values of the domain this changes nothing (the difference already fits), and on any
+//! other bytes no distance can overflow: a damaged index gives wrong distances, never
+//! undefined or wrapped ones. `kernels_agree` compares every kernel with its scalar twin on
+//! in-domain, extreme and arbitrary `i16` inputs.
 //!
 //! The AVX2 forms are compiled with `#[target_feature]` and are only reachable through
-//! [`Avx2::new`], which checks the CPU at run time. A test compares every kernel with its scalar
-//! twin on many random and extreme inputs.
+//! [`Avx2::new`], which checks the CPU at run time.
 
-use index_pack::format::{Bounds, BoundsGroup, F16Group, I16Group, GROUP_ROWS, LANES, PAIRS};
+use index_pack::format::{
+    Bounds, BoundsGroup, F16Group, I16Group, GROUP_ROWS, LANES, LANE_MAX, LANE_MIN, PAIRS, SCALE,
+};
+
+/// The largest per-lane difference between two values of the domain: 20000 for the lanes of
+/// dims 5 and 6 (the -1 sentinel), 10000 for the others, 0 for the padding lane. Every kernel
+/// clamps a difference's magnitude to it, in the layouts the kernels read.
+#[derive(Debug)]
+#[repr(C, align(32))]
+struct Spans {
+    /// By lane, lanes past [`LANES`] 0 (matches [`Bounds`]).
+    lanes: [u16; 16],
+    /// Pair-interleaved for 8 rows (matches [`I16Group`] and [`BoundsGroup`]).
+    pairs: [[u16; 16]; PAIRS],
+    /// The lanes' ranges as real numbers, for the fp16 codec (matches [`F16Group`]'s lanes).
+    real_lo: [f32; LANES],
+    real_hi: [f32; LANES],
+}
+
+static SPANS: Spans = {
+    let mut s = Spans {
+        lanes: [0; 16],
+        pairs: [[0; 16]; PAIRS],
+        real_lo: [0.0; LANES],
+        real_hi: [0.0; LANES],
+    };
+    let mut l = 0;
+    while l < LANES {
+        let span = (LANE_MAX[l] as i32 - LANE_MIN[l] as i32) as u16;
+        s.lanes[l] = span;
+        let mut r = 0;
+        while r < GROUP_ROWS {
+            s.pairs[l / 2][2 * r + l % 2] = span;
+            r += 1;
+        }
+        s.real_lo[l] = LANE_MIN[l] as f32 / SCALE as f32;
+        s.real_hi[l] = LANE_MAX[l] as f32 / SCALE as f32;
+        l += 1;
+    }
+    s
+};
+
+/// `|a - b|` with the difference saturated to `i16`, then clamped to `span`: the exact
+/// difference for values of the domain, at most `span` for any others.
+#[inline(always)]
+fn clamped_difference(a: i16, b: i16, span: u16) -> i32 {
+    a.saturating_sub(b).unsigned_abs().min(span) as i32
+}
 
 /// A query prepared for the kernels.
 #[derive(Clone, Debug)]
@@ -28,7 +80,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The query's row lanes, each clamped into its lane's domain.
     pub fn new(lanes: [i16; LANES]) -> Prepared {
+        let lanes: [i16; LANES] = std::array::from_fn(|l| lanes[l].clamp(LANE_MIN[l], LANE_MAX[l]));
         let mut p = Prepared {
             lanes: [0; 16],
             pairs: [[0; 16]; PAIRS],
@@ -42,14 +96,14 @@ impl Prepared {
             }
         }
         for l in 0..LANES {
-            p.real[l] = (lanes[l] as f64 / index_pack::format::SCALE) as f32;
+            p.real[l] = (lanes[l] as f64 / SCALE) as f32;
         }
         p
     }
 }
 
 /// The kernels the search needs. Implementations must agree exactly (the fp16 one up to the
-/// documented rounding of its final conversion).
+/// documented rounding of its final conversion), on any stored values.
 pub trait Kernels: Copy {
     /// Squared distances from the query to the 8 rows of an i16 group, plus `base`.
     fn i16_group(self, g: &I16Group, q: &Prepared, base: i32) -> [i32; GROUP_ROWS];
@@ -75,14 +129,22 @@ pub struct Scalar;
 /// Squared distance scale of the fp16 kernel: real squared distance x 1e8 = fixed point.
 const F16_TO_FIXED: f32 = 1e8;
 
+/// How far `x` lies outside `lo..=hi` (0 inside), saturated, clamped to `span`.
+#[inline(always)]
+fn clamped_gap(lo: i16, hi: i16, x: i16, span: u16) -> i32 {
+    let gap = lo.saturating_sub(x).max(x.saturating_sub(hi)).max(0);
+    (gap as u16).min(span) as i32
+}
+
 impl Kernels for Scalar {
     #[inline(always)]
     fn i16_group(self, g: &I16Group, q: &Prepared, base: i32) -> [i32; GROUP_ROWS] {
         let mut out = [base; GROUP_ROWS];
         for (p, pair) in g.pairs.iter().enumerate() {
             for (r, o) in out.iter_mut().enumerate() {
-                let a = pair[2 * r] as i32 - q.pairs[p][2 * r] as i32;
-                let b = pair[2 * r + 1] as i32 - q.pairs[p][2 * r + 1] as i32;
+                let (i, j) = (2 * r, 2 * r + 1);
+                let a = clamped_difference(pair[i], q.pairs[p][i], SPANS.pairs[p][i]);
+                let b = clamped_difference(pair[j], q.pairs[p][j], SPANS.pairs[p][j]);
                 *o += a * a + b * b;
             }
         }
@@ -94,7 +156,12 @@ impl Kernels for Scalar {
         let mut acc = [0f32; GROUP_ROWS];
         for (l, lane) in g.lanes.iter().enumerate() {
             for (r, a) in acc.iter_mut().enumerate() {
-                let d = half::f16::from_bits(lane[r]).to_f32() - q.real[l];
+                // `max` first: a NaN becomes the low end, as the AVX2 `max_ps` does.
+                let v = half::f16::from_bits(lane[r])
+                    .to_f32()
+                    .max(SPANS.real_lo[l])
+                    .min(SPANS.real_hi[l]);
+                let d = v - q.real[l];
                 *a = d.mul_add(d, *a);
             }
         }
@@ -105,8 +172,7 @@ impl Kernels for Scalar {
     fn box_lower_bound(self, b: &Bounds, q: &Prepared) -> i32 {
         let mut lb = 0;
         for l in 0..16 {
-            let x = q.lanes[l] as i32;
-            let e = (b.lo[l] as i32 - x).max(x - b.hi[l] as i32).max(0);
+            let e = clamped_gap(b.lo[l], b.hi[l], q.lanes[l], SPANS.lanes[l]);
             lb += e * e;
         }
         lb
@@ -118,10 +184,8 @@ impl Kernels for Scalar {
         for p in 0..PAIRS {
             for (r, o) in out.iter_mut().enumerate() {
                 for j in 0..2 {
-                    let x = q.pairs[p][2 * r + j] as i32;
-                    let e = (g.lo[p][2 * r + j] as i32 - x)
-                        .max(x - g.hi[p][2 * r + j] as i32)
-                        .max(0);
+                    let i = 2 * r + j;
+                    let e = clamped_gap(g.lo[p][i], g.hi[p][i], q.pairs[p][i], SPANS.pairs[p][i]);
                     *o += e * e;
                 }
             }
@@ -189,9 +253,9 @@ mod avx2 {
         !(_mm256_movemask_ps(_mm256_castsi256_ps(gt)) as u32) & 0xff
     }
 
-    // All loads below are aligned: every operand type is `#[repr(C, align(32))]` and each
-    // loaded row of 16 i16 / 8 i32 / 8 f32 starts at a multiple of 32 bytes within it (the
-    // 16-byte f16 rows use unaligned 128-bit loads).
+    // All loads below are aligned: every operand type (and `Spans`) is `#[repr(C, align(32))]`
+    // and each loaded row of 16 i16 / 8 i32 / 8 f32 starts at a multiple of 32 bytes within it
+    // (the 16-byte f16 rows use unaligned 128-bit loads).
 
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -200,8 +264,11 @@ mod avx2 {
         for p in 0..PAIRS {
             let v = _mm256_load_si256(g.pairs[p].as_ptr().cast());
             let w = _mm256_load_si256(q.pairs[p].as_ptr().cast());
-            // |v - w| <= 20000 fits i16; madd gives d0^2 + d1^2 per row as i32.
-            let d = _mm256_sub_epi16(v, w);
+            let span = _mm256_load_si256(SPANS.pairs[p].as_ptr().cast());
+            // |v - w| saturated, then at most the lane's span (<= 20000): madd gives
+            // d0^2 + d1^2 per row as i32 without overflow.
+            let d = _mm256_abs_epi16(_mm256_subs_epi16(v, w));
+            let d = _mm256_min_epu16(d, span);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(d, d));
         }
         let mut out = [0i32; GROUP_ROWS];
@@ -215,6 +282,9 @@ mod avx2 {
         let mut acc = _mm256_setzero_ps();
         for l in 0..LANES {
             let v = _mm256_cvtph_ps(_mm_loadu_si128(g.lanes[l].as_ptr().cast()));
+            // Into the lane's range; `max_ps` returns its second operand for a NaN.
+            let v = _mm256_max_ps(v, _mm256_set1_ps(SPANS.real_lo[l]));
+            let v = _mm256_min_ps(v, _mm256_set1_ps(SPANS.real_hi[l]));
             let d = _mm256_sub_ps(v, _mm256_set1_ps(q.real[l]));
             acc = _mm256_fmadd_ps(d, d, acc);
         }
@@ -234,10 +304,8 @@ mod avx2 {
         let lo = _mm256_load_si256(b.lo.as_ptr().cast());
         let hi = _mm256_load_si256(b.hi.as_ptr().cast());
         let x = _mm256_load_si256(q.lanes.as_ptr().cast());
-        let e = _mm256_max_epi16(
-            _mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)),
-            _mm256_setzero_si256(),
-        );
+        let span = _mm256_load_si256(SPANS.lanes.as_ptr().cast());
+        let e = gap(lo, hi, x, span);
         let s = _mm256_madd_epi16(e, e);
         hsum(s)
     }
@@ -250,15 +318,24 @@ mod avx2 {
             let lo = _mm256_load_si256(g.lo[p].as_ptr().cast());
             let hi = _mm256_load_si256(g.hi[p].as_ptr().cast());
             let x = _mm256_load_si256(q.pairs[p].as_ptr().cast());
-            let e = _mm256_max_epi16(
-                _mm256_max_epi16(_mm256_sub_epi16(lo, x), _mm256_sub_epi16(x, hi)),
-                _mm256_setzero_si256(),
-            );
+            let span = _mm256_load_si256(SPANS.pairs[p].as_ptr().cast());
+            let e = gap(lo, hi, x, span);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(e, e));
         }
         let mut out = [0i32; GROUP_ROWS];
         _mm256_storeu_si256(out.as_mut_ptr().cast(), acc);
         out
+    }
+
+    /// How far `x` lies outside `[lo, hi]` lane by lane (0 inside), saturated, at most `span`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn gap(lo: __m256i, hi: __m256i, x: __m256i, span: __m256i) -> __m256i {
+        let e = _mm256_max_epi16(
+            _mm256_max_epi16(_mm256_subs_epi16(lo, x), _mm256_subs_epi16(x, hi)),
+            _mm256_setzero_si256(),
+        );
+        _mm256_min_epu16(e, span)
     }
 
     #[target_feature(enable = "avx2")]

@@ -57,8 +57,8 @@ pub use kernels::{Kernels, Prepared, Scalar};
 use crate::hint::prefetch;
 use index_pack::codec;
 use index_pack::format::{
-    ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef, F16Group, I16Group, BLOCK_BIT,
-    DIMS, GROUP_ROWS, KEYS, KEY_DIMS, LANES, NO_CHILD, ROW_DIMS, SCALE,
+    clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef, F16Group, I16Group,
+    BLOCK_BIT, DIMS, GROUP_ROWS, KEYS, KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -204,6 +204,7 @@ impl<'a> Searcher<'a> {
 
     /// As [`Searcher::frauds`], with work counters.
     pub fn frauds_with_stats(&self, q: &[i16; DIMS]) -> (usize, Stats) {
+        let q = &clamp_query(q);
         self.with_search(q, self.params.park, |s| {
             // Without a tie across 5th place the 5 are those of `best`, whatever their order:
             // the candidates need no ordering (nor their ids, which the ordering reads).
@@ -223,6 +224,7 @@ impl<'a> Searcher<'a> {
 
     /// As [`Searcher::nearest`], with work counters.
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
+        let q = &clamp_query(q);
         self.with_search(q, false, |s| {
             s.finish(self.index, q);
             let mut top: Vec<Cand> = s.cands.iter().take(K).copied().collect();
@@ -480,7 +482,9 @@ impl Scratch {
     }
 
     fn push(&mut self, p: Pending) {
-        // Lower bounds are at most MAX_DISTANCE < 2^31 and never negative.
+        // Lower bounds are at most MAX_DISTANCE < 2^31 and never negative (kernels.rs: the
+        // kernels clamp every lane, whatever the index holds).
+        debug_assert!((0..=MAX_DISTANCE as i32).contains(&p.lower), "{}", p.lower);
         self.heap
             .push(Reverse((p.lower as u64) << 32 | self.pending.len() as u64));
         self.pending.push(p);

@@ -487,17 +487,31 @@ proptest! {
 
 mod kernels_agree {
     use super::*;
-    use index_pack::format::{Bounds, BoundsGroup, F16Group, I16Group, PAIRS};
+    use index_pack::format::{Bounds, BoundsGroup, PAIRS};
 
-    fn lanes(rng: &mut Lcg, extreme: bool) -> [i16; LANES] {
+    /// How the values of a kernel test case are drawn.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Draw {
+        /// Anywhere in each lane's domain.
+        Domain,
+        /// At the ends of each lane's domain.
+        Extreme,
+        /// Any `i16` (any fp16 bits): what a damaged artifact opened without reading its rows
+        /// may hold.
+        Arbitrary,
+    }
+
+    fn lanes(rng: &mut Lcg, draw: Draw) -> [i16; LANES] {
         let mut l = [0i16; LANES];
-        for (i, x) in l.iter_mut().enumerate().take(LANES - 1) {
-            let signed = ROW_DIMS[i] == 5 || ROW_DIMS[i] == 6;
-            *x = match (extreme, signed) {
-                (true, true) => [-10_000, 10_000][(rng.next() % 2) as usize],
-                (true, false) => [0, 10_000][(rng.next() % 2) as usize],
-                (false, true) => (rng.next() % 20_001) as i16 - 10_000,
-                (false, false) => (rng.next() % 10_001) as i16,
+        for (i, x) in l.iter_mut().enumerate() {
+            let signed = i < LANES - 1 && (ROW_DIMS[i] == 5 || ROW_DIMS[i] == 6);
+            *x = match (draw, signed) {
+                (Draw::Arbitrary, _) => rng.next() as i16,
+                _ if i == LANES - 1 => 0,
+                (Draw::Extreme, true) => [-10_000, 10_000][(rng.next() % 2) as usize],
+                (Draw::Extreme, false) => [0, 10_000][(rng.next() % 2) as usize],
+                (Draw::Domain, true) => (rng.next() % 20_001) as i16 - 10_000,
+                (Draw::Domain, false) => (rng.next() % 10_001) as i16,
             };
         }
         l
@@ -511,20 +525,33 @@ mod kernels_agree {
             return;
         };
         let mut rng = Lcg(42);
-        for case in 0..20_000 {
-            let extreme = case % 4 == 0;
-            let q = Prepared::new(lanes(&mut rng, extreme));
-            let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, extreme)).collect();
+        for case in 0..30_000 {
+            let draw = [Draw::Domain, Draw::Extreme, Draw::Arbitrary][case % 3];
+            // The query comes from the vectorizer (in the domain); `Prepared` clamps the rest.
+            let q = Prepared::new(lanes(&mut rng, draw));
+            let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, draw)).collect();
             let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
                 unreachable!()
             };
-            let Codes::F16(h) = index_pack::codec::encode(CodecKind::F16, &rows) else {
+            let Codes::F16(mut h) = index_pack::codec::encode(CodecKind::F16, &rows) else {
                 unreachable!()
             };
+            if draw == Draw::Arbitrary {
+                // Any bits, NaN and infinities included.
+                for lane in h[0].lanes.iter_mut() {
+                    lane.iter_mut().for_each(|x| *x = rng.next() as u16);
+                }
+            }
             let base = (rng.next() % 300_000_000) as i32;
-            assert_eq!(
+            let (a, b) = (
                 avx.i16_group(&g[0], &q, base),
-                Scalar.i16_group(&g[0], &q, base)
+                Scalar.i16_group(&g[0], &q, base),
+            );
+            assert_eq!(a, b);
+            assert!(
+                a.iter()
+                    .all(|&d| (base..=base + 1_700_000_000).contains(&d)),
+                "{a:?}"
             );
             let (a, b) = (
                 avx.f16_group(&h[0], &q, base),
@@ -533,20 +560,28 @@ mod kernels_agree {
             for r in 0..8 {
                 // FMA order is the same; allow one unit of the final conversion.
                 assert!((a[r] - b[r]).abs() <= 1, "{a:?} vs {b:?}");
+                assert!(a[r] >= base && a[r] <= base + 1_700_001_000, "{a:?}");
             }
-            // Boxes from two random rows, so lo <= hi lane by lane.
+            // Boxes from two rows: lo <= hi lane by lane, except for arbitrary bytes.
             let mut bx = Bounds {
                 lo: [0; 16],
                 hi: [0; 16],
             };
             for l in 0..LANES {
-                bx.lo[l] = rows[0][l].min(rows[1][l]);
-                bx.hi[l] = rows[0][l].max(rows[1][l]);
+                (bx.lo[l], bx.hi[l]) = match draw {
+                    Draw::Arbitrary => (rows[0][l], rows[1][l]),
+                    _ => (rows[0][l].min(rows[1][l]), rows[0][l].max(rows[1][l])),
+                };
             }
-            assert_eq!(
+            if draw == Draw::Arbitrary {
+                bx.lo[12..].iter_mut().for_each(|x| *x = rng.next() as i16);
+            }
+            let (a, b) = (
                 avx.box_lower_bound(&bx, &q),
-                Scalar.box_lower_bound(&bx, &q)
+                Scalar.box_lower_bound(&bx, &q),
             );
+            assert_eq!(a, b);
+            assert!((0..=1_700_000_000).contains(&a), "{a}");
             let mut bg = BoundsGroup {
                 lo: [[0; 16]; PAIRS],
                 hi: [[0; 16]; PAIRS],
@@ -555,25 +590,34 @@ mod kernels_agree {
                 for r in 0..8 {
                     for j in 0..2 {
                         let (x, y) = (rows[r][2 * p + j], rows[(r + 1) % 8][2 * p + j]);
-                        bg.lo[p][2 * r + j] = x.min(y);
-                        bg.hi[p][2 * r + j] = x.max(y);
+                        let (lo, hi) = match draw {
+                            Draw::Arbitrary => (x, y),
+                            _ => (x.min(y), x.max(y)),
+                        };
+                        bg.lo[p][2 * r + j] = lo;
+                        bg.hi[p][2 * r + j] = hi;
                     }
                 }
             }
-            assert_eq!(
+            let (a, b) = (
                 avx.boxes_lower_bound(&bg, &q),
-                Scalar.boxes_lower_bound(&bg, &q)
+                Scalar.boxes_lower_bound(&bg, &q),
             );
+            assert_eq!(a, b);
+            assert!(a.iter().all(|d| (0..=1_700_000_000).contains(d)), "{a:?}");
         }
     }
 
+    /// The clamps change nothing in the domain: the kernels give the plain squared distances
+    /// and box gaps, whatever the difference (extreme values included).
     #[test]
-    fn scalar_kernels_are_plain_distances() {
+    fn clamped_kernels_are_plain_distances_in_the_domain() {
         let mut rng = Lcg(3);
-        for _ in 0..2_000 {
-            let ql = lanes(&mut rng, false);
+        for case in 0..4_000 {
+            let draw = [Draw::Domain, Draw::Extreme][case % 2];
+            let ql = lanes(&mut rng, draw);
             let q = Prepared::new(ql);
-            let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, false)).collect();
+            let rows: Vec<[i16; LANES]> = (0..8).map(|_| lanes(&mut rng, draw)).collect();
             let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
                 unreachable!()
             };
@@ -584,10 +628,86 @@ mod kernels_agree {
                     .sum();
                 assert_eq!(d[r], want + 7);
             }
-            let _: &I16Group = &g[0];
-            let _: Option<&F16Group> = None;
+            let mut bx = Bounds {
+                lo: [0; 16],
+                hi: [0; 16],
+            };
+            for l in 0..LANES {
+                bx.lo[l] = rows[0][l].min(rows[1][l]);
+                bx.hi[l] = rows[0][l].max(rows[1][l]);
+            }
+            let want: i32 = (0..LANES)
+                .map(|l| {
+                    let x = ql[l] as i32;
+                    (bx.lo[l] as i32 - x).max(x - bx.hi[l] as i32).max(0).pow(2)
+                })
+                .sum();
+            assert_eq!(Scalar.box_lower_bound(&bx, &q), want);
         }
     }
 
+    /// Without the clamps, stored values outside the domain overflow an `i32` distance: the
+    /// case the clamps exist for.
+    #[test]
+    fn out_of_domain_rows_would_overflow_unclamped() {
+        let q = Prepared::new([10_000; LANES]);
+        let rows = vec![[-32_768i16; LANES]; 8];
+        let unclamped: i64 = (0..LANES).map(|_| (42_768i64).pow(2)).sum();
+        assert!(unclamped > i32::MAX as i64);
+        let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
+            unreachable!()
+        };
+        let d = Scalar.i16_group(&g[0], &q, 0);
+        // Each lane counts at most its span: 9 x 10000^2 + 2 x 20000^2 (lane 11 is padding).
+        assert_eq!(d, [1_700_000_000; 8]);
+    }
+
     use index_pack::format::Codes;
+}
+
+/// What the lazy residencies serve: an artifact whose rows and boxes hold values outside the
+/// domain, with a footer whose CRC32 matches them (a packer bug), which `open` accepts without
+/// reading them. The search answers without a panic, and every distance stays in
+/// `0..=MAX_DISTANCE` (without the kernels' clamps it wrapped past `i32::MAX`).
+#[test]
+fn a_damaged_index_that_only_open_accepted_searches_within_bounds() {
+    let refs = random_refs(600, 11, false);
+    let params = LayoutParams {
+        codec: CodecKind::I16,
+        block_rows: 16,
+        kmeans_iters: 0,
+        kmeans_seed: 0,
+        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+    };
+    let mut index = layout::build_sampled(&refs, 9, &params);
+    let mut rng = Lcg(5);
+    let mut any = || [i16::MIN, i16::MAX, -20_000, 32_000][(rng.next() % 4) as usize];
+    let format::Codes::I16(groups) = &mut index.codes else {
+        unreachable!()
+    };
+    for g in groups.iter_mut() {
+        g.pairs.iter_mut().flatten().for_each(|x| *x = any());
+    }
+    for b in index.node_bounds.iter_mut() {
+        b.lo.iter_mut().flatten().for_each(|x| *x = any());
+        b.hi.iter_mut().flatten().for_each(|x| *x = any());
+    }
+    for p in index.partitions.iter_mut() {
+        p.bounds.lo[..LANES].iter_mut().for_each(|x| *x = any());
+    }
+    let bytes = format::aligned_copy(&format::to_artifact(&index));
+    let idx = format::open(&bytes).expect("open reads no row or box");
+    assert!(format::verify_deep(&bytes).is_err());
+    let mut rng = Lcg(6);
+    for _ in 0..300 {
+        let q = random_vector(&mut rng, false);
+        for s in searchers(idx) {
+            let got = s.nearest(&q);
+            assert!(got.len() == K);
+            for n in &got {
+                assert!((0..=MAX_DISTANCE).contains(&n.distance), "{got:?}");
+            }
+            assert!(s.frauds(&q) <= K);
+        }
+    }
 }

@@ -34,6 +34,10 @@ pub struct Limits {
     /// yet, decoded bodies, unsent answers). Beyond it, new connections and connections that
     /// need more get 503 and are closed.
     pub memory_budget: usize,
+    /// Connections turned away with a 503 that may linger at once (reading what their client
+    /// still sends, so that the 503 is not lost to a reset); beyond, they are closed at once.
+    /// Lowered at start to what the open-files limit leaves (`server::fit_descriptors`).
+    pub max_shedding: usize,
     /// How long in-flight requests may take after SIGTERM.
     pub drain: Duration,
     /// After each event, how long the loop keeps polling without sleeping before it blocks in
@@ -55,6 +59,7 @@ impl Default for Limits {
             max_unsent_bytes: 16 * 1024,
             max_requests_per_turn: 16,
             memory_budget: 16 << 20,
+            max_shedding: super::server::MAX_SHEDDING,
             drain: Duration::from_secs(5),
             spin: Duration::ZERO,
         }

@@ -45,19 +45,13 @@ impl Listener {
         }
     }
 
-    /// The next pending connection, if any (non-blocking).
+    /// The next pending connection, if any (non-blocking); [`Stream::set_up`] sets its
+    /// options.
     pub fn accept(&self) -> io::Result<Stream> {
-        let s = match self {
-            Listener::Tcp(l) => {
-                let (s, _) = l.accept()?;
-                // Answers are single small writes: send them at once.
-                s.set_nodelay(true)?;
-                Stream::Tcp(s)
-            }
+        Ok(match self {
+            Listener::Tcp(l) => Stream::Tcp(l.accept()?.0),
             Listener::Unix(l, _) => Stream::Unix(l.accept()?.0),
-        };
-        set_send_buffer(&s, SEND_BUFFER_BYTES)?;
-        Ok(s)
+        })
     }
 
     /// Stops listening; a Unix socket's file is removed so that no client connects to it.
@@ -115,6 +109,15 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The options of an accepted connection: no Nagle delay (answers are single small writes:
+    /// send them at once) and a bounded kernel send buffer ([`SEND_BUFFER_BYTES`]).
+    pub fn set_up(&self) -> io::Result<()> {
+        if let Stream::Tcp(s) = self {
+            s.set_nodelay(true)?;
+        }
+        set_send_buffer(self, SEND_BUFFER_BYTES)
+    }
+
     /// Ends the sending direction (the client reads EOF after the last answer).
     pub fn shutdown_write(&self) {
         let _ = match self {

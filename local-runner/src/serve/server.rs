@@ -20,8 +20,10 @@
 //!   pipelined requests are not read until the client takes its answers, and they must all be
 //!   taken within `send_timeout` of when they started to wait, whatever trickles out meanwhile;
 //! - the bytes all connections hold (unfinished requests, input not read yet, decoded bodies,
-//!   unsent answers) stay within `memory_budget`: past it, a new connection gets 503 and so does
-//!   the connection that made the total grow past it (closed at once if it has answers unsent);
+//!   unsent answers) stay within `memory_budget`: when a connection makes the total grow past
+//!   it, the connections that hold the most are turned away with 503 (closed at once if they
+//!   have answers unsent) until it fits again, whichever connection grew; a new connection
+//!   holds nothing and is always let in;
 //! - `max_connections` at once: at the cap a new connection takes the place of the one that has
 //!   delivered nothing for longest (no answer taken by its client for [`EVICT_AFTER`]); when
 //!   every connection delivered recently, the new one gets a fixed 503;
@@ -32,7 +34,10 @@
 //!
 //! An `accept` that fails (out of descriptors, typically) is retried after a back-off that
 //! doubles from [`ACCEPT_BACKOFF`].0 to .1, not at the next arrival: the listener is
-//! edge-triggered and connections already queued would otherwise wait for a new one.
+//! edge-triggered and connections already queued would otherwise wait for a new one. A
+//! connection accepted but not set up (its socket options) is dropped alone: the listener goes
+//! on at once. The process's descriptors are sized at start ([`fit_descriptors`]) so that the
+//! connection cap and the lingering sheds fit.
 //!
 //! A connection that ends after an answer is closed gently: the write side is shut down, then
 //! whatever the client still sends is read and dropped until it closes or [`LINGER`] passes, so
@@ -61,9 +66,15 @@ const WAKER: Token = Token(usize::MAX - 3);
 /// How long a closing connection keeps reading (and dropping) what the client still sends.
 pub const LINGER: Duration = Duration::from_millis(100);
 
-/// Connections answered 503 and still lingering; beyond this, shed ones are closed at once (a
-/// flood must not grow this set).
+/// Connections answered 503 and still lingering, at most (`Limits::max_shedding` is lowered to
+/// what the descriptors allow); beyond, shed ones are closed at once (a flood must not grow
+/// this set).
 pub const MAX_SHEDDING: usize = 1024;
+
+/// Descriptors the process keeps for itself besides its connections: the standard streams,
+/// the listener, the poller, the waker, the signal pipe, the index file, the log (about 12),
+/// with room.
+pub const RESERVED_DESCRIPTORS: usize = 32;
 
 /// One read takes at most this much: a contest request (~500 bytes) and its pipelined
 /// followers, or a quarter of the largest body; it is also what a paused connection may keep.
@@ -84,10 +95,25 @@ pub const ACCEPT_BACKOFF: (Duration, Duration) =
 /// place to a new one.
 pub const EVICT_AFTER: Duration = Duration::from_secs(1);
 
-/// Descriptors the process needs with these limits: every connection, the lingering sheds, and
-/// a margin for the listener, the poller, signals, the log and the index.
-pub fn descriptors_needed(limits: &Limits) -> usize {
-    limits.max_connections + MAX_SHEDDING + 64
+/// Fits the limits to the open-files limits `(soft, hard)`: the connection cap must fit the
+/// hard limit (with [`RESERVED_DESCRIPTORS`]), or the server refuses to start with the numbers;
+/// the lingering sheds take what is left, up to [`MAX_SHEDDING`] (none at all still serves: a
+/// shed is then closed at once). Returns the soft limit to set, when it must be raised.
+pub fn fit_descriptors(limits: &mut Limits, soft: u64, hard: u64) -> Result<Option<u64>> {
+    let wanted = (limits.max_connections + RESERVED_DESCRIPTORS) as u64;
+    anyhow::ensure!(
+        hard >= wanted,
+        "--max-connections {} needs {wanted} open files ({} connections and {} for the process), \
+         but the hard limit on open files is {hard}: raise it (`ulimit -n`, compose `ulimits: \
+         nofile`) or lower --max-connections to at most {}",
+        limits.max_connections,
+        limits.max_connections,
+        RESERVED_DESCRIPTORS,
+        hard.saturating_sub(RESERVED_DESCRIPTORS as u64)
+    );
+    limits.max_shedding = limits.max_shedding.min((hard - wanted) as usize);
+    let needed = wanted + limits.max_shedding as u64;
+    Ok((soft < needed).then_some(needed))
 }
 
 /// Work the loop runs between events while it asks for it (the warm-up's queries).
@@ -171,9 +197,12 @@ pub struct Server<A: App> {
     /// After a failed accept: when to try again, and the next back-off.
     accept_retry_at: Option<Instant>,
     accept_backoff: Duration,
-    /// Rate-limited warnings: connections shed, accept failures.
+    /// Rate-limited warnings: connections shed, accept failures, connections not set up.
     shed_log: RateLog,
     accept_log: RateLog,
+    setup_log: RateLog,
+    /// Sets up an accepted connection's socket (its options); replaced by tests.
+    setup: fn(&Stream) -> io::Result<()>,
     signals: Option<mio::net::UnixStream>,
     /// Kept here as long as the loop runs: a waker dropped by the thread that used it would
     /// close its eventfd and take a wake-up not yet polled with it.
@@ -251,6 +280,8 @@ impl<A: App> Server<A> {
             accept_backoff: ACCEPT_BACKOFF.0,
             shed_log: RateLog::default(),
             accept_log: RateLog::default(),
+            setup_log: RateLog::default(),
+            setup: Stream::set_up,
             signals: None,
             waker: None,
             drain_until: None,
@@ -458,16 +489,37 @@ impl<A: App> Server<A> {
         }
     }
 
-    /// Updates what the connection holds in the memory budget; past the budget, sheds it.
+    /// Updates what the connection holds in the memory budget; if it grew past the budget,
+    /// frees room ([`Server::fit_budget`]).
     fn account(&mut self, key: usize, now: Instant) {
         let c = &mut self.conns[key];
         let held = c.http.held_bytes() + c.backlog.capacity();
         let grew = held > c.held;
         self.held = self.held + held - c.held;
         c.held = held;
-        if grew && self.held > self.limits.memory_budget {
+        if grew {
+            self.fit_budget(now);
+        }
+    }
+
+    /// While the connections hold more than the budget, turns away the one that holds the most
+    /// (of equals, the one that delivered nothing for longest): whoever made the total grow,
+    /// the largest holders pay, so connections that keep the total near the budget cannot make
+    /// a newcomer's small request the one refused. Each turned-away connection is closed or no
+    /// longer counted, so the loop ends.
+    fn fit_budget(&mut self, now: Instant) {
+        while self.held > self.limits.memory_budget {
+            let largest = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.counted && c.held > 0)
+                .max_by_key(|(_, c)| (c.held, std::cmp::Reverse(c.delivered_at)))
+                .map(|(k, _)| k);
+            let Some(victim) = largest else {
+                return;
+            };
             self.shed_log_line(now, Shed::Memory);
-            self.turn_away(key, now, Shed::Memory);
+            self.turn_away(victim, now, Shed::Memory);
         }
     }
 
@@ -498,10 +550,15 @@ impl<A: App> Server<A> {
                 }
             };
             (self.accept_retry_at, self.accept_backoff) = (None, ACCEPT_BACKOFF.0);
+            if let Err(e) = (self.setup)(&stream) {
+                // This connection only: the listener and the others are fine.
+                if let Some(failures) = self.setup_log.count(now) {
+                    warn!(error = %e, failures, "cannot set up an accepted connection; dropped");
+                }
+                continue;
+            }
             if self.counted >= self.limits.max_connections && !self.evict(now) {
                 self.shed(stream, now, Shed::Cap);
-            } else if self.held > self.limits.memory_budget {
-                self.shed(stream, now, Shed::Memory);
             } else if self.add(stream, now, true).is_some() {
                 self.counted += 1;
             }
@@ -536,7 +593,7 @@ impl<A: App> Server<A> {
         if !c.backlog.is_empty()
             || c.close_after_flush
             || (idle && matches!(why, Shed::Cap))
-            || self.shedding >= MAX_SHEDDING
+            || self.shedding >= self.limits.max_shedding
         {
             return self.remove(key);
         }
@@ -606,7 +663,7 @@ impl<A: App> Server<A> {
         // A fresh socket's send buffer takes ~150 bytes at once.
         let _ = stream.write(&out);
         stream.shutdown_write();
-        if self.shedding >= MAX_SHEDDING {
+        if self.shedding >= self.limits.max_shedding {
             return; // dropped: closed without lingering
         }
         if let Some(key) = self.add(stream, now, false) {
@@ -818,4 +875,102 @@ fn write_some(stream: &mut Stream, buf: &[u8]) -> io::Result<usize> {
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::{Endpoint, NoWork};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The first [`FAILING`] accepted connections cannot be set up.
+    static SET_UP: AtomicUsize = AtomicUsize::new(0);
+    const FAILING: usize = 8;
+
+    fn failing_set_up(s: &Stream) -> io::Result<()> {
+        if SET_UP.fetch_add(1, Ordering::SeqCst) < FAILING {
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+        }
+        s.set_up()
+    }
+
+    /// A connection that cannot be set up is dropped alone: the next one is served at once,
+    /// not after the back-off of a failing `accept` (up to 1 s after eight failures).
+    #[test]
+    fn a_connection_that_cannot_be_set_up_is_dropped_alone() {
+        use std::io::{BufRead, BufReader};
+        let path = std::env::temp_dir().join(format!("setup-{}.sock", std::process::id()));
+        let endpoint = Endpoint::Unix(path.clone());
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let ready = ReadyFlag::default();
+            ready.set(true);
+            let listener = Listener::bind(&endpoint).unwrap();
+            let mut server = Server::new(listener, NoWork, ready, Limits::default()).unwrap();
+            server.setup = failing_set_up;
+            bound_tx.send(()).unwrap();
+            server.run(&mut ()).unwrap();
+        });
+        bound_rx.recv().unwrap();
+        for _ in 0..FAILING {
+            let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            // Dropped by the server: end of file, or a reset.
+            let mut buf = [0u8; 16];
+            assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+        }
+        let t = Instant::now();
+        let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /ready HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).unwrap();
+        let waited = t.elapsed();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(line, "HTTP/1.1 200 OK\r\n");
+        assert!(
+            waited < Duration::from_millis(200),
+            "answered after {waited:?}"
+        );
+    }
+
+    #[test]
+    fn the_descriptors_fit_the_connection_cap_or_the_server_does_not_start() {
+        let limits = |max_connections| Limits {
+            max_connections,
+            ..Limits::default()
+        };
+        // Room for everything: the soft limit is raised to what the cap and sheds need.
+        let mut l = limits(1024);
+        assert_eq!(
+            fit_descriptors(&mut l, 1024, 20_000).unwrap(),
+            Some(1024 + 32 + 1024)
+        );
+        assert_eq!((l.max_connections, l.max_shedding), (1024, MAX_SHEDDING));
+        assert_eq!(
+            fit_descriptors(&mut limits(1024), 4096, 20_000).unwrap(),
+            None
+        );
+        // A low hard limit takes its shortfall out of the lingering sheds, never the cap.
+        let mut l = limits(1024);
+        assert_eq!(fit_descriptors(&mut l, 1024, 1500).unwrap(), Some(1500));
+        assert_eq!(
+            (l.max_connections, l.max_shedding),
+            (1024, 1500 - 1024 - 32)
+        );
+        let mut l = limits(1024);
+        assert_eq!(fit_descriptors(&mut l, 1056, 1056).unwrap(), None);
+        assert_eq!(l.max_shedding, 0);
+        // Too low for the cap itself: a clear error with the numbers.
+        let e = fit_descriptors(&mut limits(1024), 256, 1000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--max-connections 1024 needs 1056 open files"),
+            "{e}"
+        );
+        assert!(e.contains("the hard limit on open files is 1000"), "{e}");
+        assert!(e.contains("lower --max-connections to at most 968"), "{e}");
+    }
 }

@@ -59,10 +59,17 @@ fn spawn(mut c: Command, listen: &str) -> Server {
 
 /// [`start_ready`] for a server whose soft and hard limits on open files are both `nofile`.
 pub fn start_ready_with_open_files(name: &str, extra: &[&str], nofile: u64) -> Server {
-    use std::os::unix::process::CommandExt;
     let path = socket_path(name);
     let listen = format!("unix:{}", path.display());
-    let mut c = command(&listen, extra);
+    let server = spawn(command_with_open_files(&listen, extra, nofile), &listen);
+    wait_ready(&connect_unix(&path));
+    server
+}
+
+/// The `serve` command with both limits on open files at `nofile`.
+pub fn command_with_open_files(listen: &str, extra: &[&str], nofile: u64) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = command(listen, extra);
     // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
     unsafe {
         c.pre_exec(move || {
@@ -76,9 +83,7 @@ pub fn start_ready_with_open_files(name: &str, extra: &[&str], nofile: u64) -> S
             Ok(())
         });
     }
-    let server = spawn(c, &listen);
-    wait_ready(&connect_unix(&path));
-    server
+    c
 }
 
 /// A fresh socket path for this test process.

@@ -41,9 +41,9 @@ impl Package {
         log!("copied the tested bootstrap to {}", dest.display());
         if let Some(index) = &self.index_beside {
             let dest = dir.join(index_pack::embed::FILE_NAME);
-            std::fs::copy(index, &dest)
-                .with_context(|| format!("cannot copy the index to {}", dest.display()))?;
-            log!("copied the index beside it ({})", dest.display());
+            util::copy_atomically(index, &dest, None)?;
+            util::verify_shipped_index(&dest, &self.index_artifact)?;
+            log!("copied the index beside it ({}), checked in full", dest.display());
         }
         Ok(())
     }
@@ -109,11 +109,14 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     // A bootstrap smaller than its index does not hold it: the file form, the index beside.
     let (index_beside, zipped_bytes) = if len(&bootstrap)? < len(&index_artifact)? {
         let beside = dir.join(index_pack::embed::FILE_NAME);
-        // A hard link where the file system allows (an index can be gigabytes).
-        if std::fs::hard_link(&index_artifact, &beside).is_err() {
-            std::fs::copy(&index_artifact, &beside)?;
-        }
-        log!("the bootstrap maps its index from a file: {} beside it", beside.display());
+        // A copy of its own, never a link: the artifact it came from may be rewritten (by
+        // renaming) while a bootstrap of the package maps this one.
+        util::copy_atomically(&index_artifact, &beside, None)?;
+        util::verify_shipped_index(&beside, &index_artifact)?;
+        log!(
+            "the bootstrap maps its index from a file: {} beside it, checked in full",
+            beside.display()
+        );
         // Over any zip's limit by construction (embed::LINKER_MAX): no zip is made.
         (Some(beside), 0)
     } else {

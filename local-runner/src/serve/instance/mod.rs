@@ -82,6 +82,7 @@ impl From<&ServeArgs> for Limits {
             max_unsent_bytes: a.max_unsent_bytes.max(1),
             max_requests_per_turn: a.max_requests_per_turn.max(1),
             memory_budget: a.memory_budget_mb << 20,
+            max_shedding: super::server::MAX_SHEDDING,
             drain: Duration::from_millis(a.drain_ms),
             spin: Duration::from_micros(a.spin_us),
         }
@@ -91,8 +92,7 @@ impl From<&ServeArgs> for Limits {
 /// Entry point of `local-runner serve`: serves until SIGTERM or SIGINT, then drains and exits.
 pub fn run(args: ServeArgs) -> Result<()> {
     let endpoint: Endpoint = args.listen.parse()?;
-    let mut limits = Limits::from(&args);
-    limits.max_connections = fit_descriptors(limits)?;
+    let limits = fit_descriptors(Limits::from(&args))?;
     let ready = ReadyFlag::default();
     if args.no_work {
         ready.set(true);
@@ -126,31 +126,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Raises the soft limit on open files to what `limits` need (descriptors of every connection and
-/// of the lingering sheds), up to the hard limit. Where the hard limit is lower, the connection cap
-/// is lowered to fit it, with a warning. Returns the cap to use.
-fn fit_descriptors(limits: Limits) -> Result<usize> {
-    use crate::serve::server::descriptors_needed;
-    let needed = descriptors_needed(&limits) as u64;
+/// Fits the limits to the process's open-files limits (`server::fit_descriptors`: a clear
+/// error when the connection cap cannot fit), raising the soft limit as far as they need.
+fn fit_descriptors(mut limits: Limits) -> Result<Limits> {
     let (soft, hard) = listener::open_files_limit()?;
-    if soft >= needed {
-        return Ok(limits.max_connections);
+    if let Some(raised) = super::server::fit_descriptors(&mut limits, soft, hard)? {
+        listener::set_open_files_limit(raised, hard)?;
+        info!(from = soft, to = raised, "raised the open-files limit");
     }
-    let raised = needed.min(hard);
-    listener::set_open_files_limit(raised, hard)?;
-    if raised < needed {
-        let cap = limits
-            .max_connections
-            .saturating_sub((needed - raised) as usize)
-            .max(1);
-        tracing::warn!(
-            hard_limit = hard,
-            needed,
-            max_connections = cap,
-            "the open-files hard limit is below what the connection cap needs: cap lowered"
-        );
-        return Ok(cap);
-    }
-    info!(from = soft, to = raised, "raised the open-files limit");
-    Ok(limits.max_connections)
+    Ok(limits)
 }
