@@ -128,6 +128,20 @@ impl Response {
         Response::fixed(431, r#"{"error":"request head too large"}"#)
     }
 
+    /// 501: the request is well-formed but uses what the server does not implement (a transfer
+    /// coding other than chunked). `what` says what, without echoing the client's bytes.
+    pub fn not_implemented(what: &str) -> Response {
+        Response::error(501, &format!("not implemented: {what}"))
+    }
+
+    /// 505: the request's major HTTP version is not served (HTTP/1.0 and 1.1 are).
+    pub fn version_not_supported() -> Response {
+        Response::fixed(
+            505,
+            r#"{"error":"HTTP version not supported: HTTP/1.0 and 1.1 are served"}"#,
+        )
+    }
+
     /// 503: the server is at its connection limit.
     pub fn too_many_connections() -> Response {
         Response::fixed(503, r#"{"error":"too many connections"}"#)

@@ -6,8 +6,9 @@
 use function::decision::BODIES;
 
 /// Statuses the server may send: the handler's (200, 400, 404, 405, 415, 503 on `/ready` while
-/// warming up), the transport's (400, 408, 413, 431), and 100 for `Expect: 100-continue`.
-pub const ALLOWED: [u16; 10] = [100, 200, 400, 404, 405, 408, 413, 415, 431, 503];
+/// warming up), the transport's (400, 408, 413, 431, 501, 505), and 100 for `Expect:
+/// 100-continue`.
+pub const ALLOWED: [u16; 12] = [100, 200, 400, 404, 405, 408, 413, 415, 431, 501, 503, 505];
 
 /// One parsed response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,8 +125,8 @@ pub struct Simple {
 
 /// The request at the start of `input`, when it is complete and plain enough that the server
 /// must read it the same way: HTTP/1.1, origin-form target, a token method, at most one
-/// all-digit Content-Length, no Transfer-Encoding, Expect, Connection or Upgrade, header values
-/// of visible ASCII.
+/// all-digit Content-Length, exactly one Host of letters, digits, dots and dashes, no
+/// Transfer-Encoding, Expect, Connection or Upgrade, header values of visible ASCII.
 pub fn simple_request(input: &[u8]) -> Option<Simple> {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut req = httparse::Request::new(&mut headers);
@@ -143,6 +144,7 @@ pub fn simple_request(input: &[u8]) -> Option<Simple> {
     }
     let mut len = None;
     let mut content_type = None;
+    let mut hosts = 0;
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         match name.as_str() {
@@ -153,6 +155,13 @@ pub fn simple_request(input: &[u8]) -> Option<Simple> {
                 len = Some(std::str::from_utf8(h.value).ok()?.parse::<usize>().ok()?);
             }
             "content-type" if content_type.is_none() => content_type = Some(h.value.to_vec()),
+            "host" => {
+                let plain = |c: &u8| c.is_ascii_alphanumeric() || *c == b'.' || *c == b'-';
+                if !h.value.iter().all(plain) {
+                    return None;
+                }
+                hosts += 1;
+            }
             "transfer-encoding" | "expect" | "connection" | "upgrade" => return None,
             _ => {}
         }
@@ -163,6 +172,9 @@ pub fn simple_request(input: &[u8]) -> Option<Simple> {
         {
             return None;
         }
+    }
+    if hosts != 1 {
+        return None;
     }
     let len = len.unwrap_or(0);
     // A declared length near usize::MAX is not a complete request (and must not overflow).

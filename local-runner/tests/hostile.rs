@@ -540,7 +540,7 @@ fn pipelined_requests_are_answered_in_order() {
 fn pipelined_answers_come_before_the_refusal_of_a_malformed_head() {
     let server = server("pipeline-bad");
     for bad in [
-        &b"GET /ready HTTP/3.7\r\nHost: t\r\n\r\n"[..],
+        &b"GET /ready HTTP/1.x7\r\nHost: t\r\n\r\n"[..],
         b"POST /fraud-score HTTP/1.1\r\nBad Header: x\r\n\r\n",
         b"\x16\x03\x01 TLS\r\n\r\n",
     ] {
@@ -669,7 +669,7 @@ fn http_1_0_and_other_versions() {
     let mut s = server.connect();
     s.write_all(
         format!(
-            "POST /fraud-score HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{LEGIT}",
+            "POST /fraud-score HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{LEGIT}",
             LEGIT.len()
         )
         .as_bytes(),
@@ -678,7 +678,7 @@ fn http_1_0_and_other_versions() {
     let mut r = BufReader::new(s);
     assert_eq!(read_response(&mut r).body, LEGIT_ANSWER);
     assert!(closed_by_server(&mut r));
-    // No Host header on HTTP/1.1 is tolerated (the route does not depend on it).
+    // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (400, then close).
     let resp = server.one(
         format!(
             "POST /fraud-score HTTP/1.1\r\nContent-Length: {}\r\n\r\n{LEGIT}",
@@ -686,7 +686,28 @@ fn http_1_0_and_other_versions() {
         )
         .as_bytes(),
     );
-    assert_eq!(resp.body, LEGIT_ANSWER);
+    assert_eq!(resp.status, 400, "{resp:?}");
+    // RFC 9110 2.5: a higher minor version of HTTP/1 is handled as HTTP/1.1.
+    let resp = server.one(b"GET /ready HTTP/1.2\r\nHost: t\r\n\r\n");
+    assert_eq!((resp.status, resp.version.as_str()), (200, "HTTP/1.1"));
+    // Another major version: 505, then close.
+    for raw in [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        b"GET /ready HTTP/3.0\r\nHost: t\r\n\r\n",
+    ] {
+        let mut s = server.connect();
+        s.write_all(raw).unwrap();
+        let mut r = BufReader::new(s);
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 505, "{resp:?}");
+        assert!(closed_by_server(&mut r));
+    }
+    // A transfer coding other than chunked: 501, then close.
+    let mut s = server.connect();
+    s.write_all(b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(read_response(&mut r).status, 501);
+    assert!(closed_by_server(&mut r));
     // Expect: 100-continue (curl sends it for large bodies): 100 first, then the answer.
     let mut s = server.connect();
     s.write_all(format!("POST /fraud-score HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", FRAUD.len()).as_bytes())
@@ -695,13 +716,11 @@ fn http_1_0_and_other_versions() {
     assert_eq!(read_response_opt(&mut r, false).status, 100);
     s.write_all(FRAUD.as_bytes()).unwrap();
     assert_eq!(read_response(&mut r).body, FRAUD_ANSWER);
-    // HTTP/2 prior knowledge, HTTP/0.9, unknown versions, garbage, bad framing headers: a 400
-    // that says what is wrong (never the client's bytes), then close; never a hang.
+    // HTTP/0.9, malformed versions, garbage, bad framing headers: a 400 that says what is
+    // wrong (never the client's bytes), then close; never a hang.
     for raw in [
-        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
-        b"GET /ready\r\n\r\n",
-        b"GET /ready HTTP/1.2\r\nHost: t\r\n\r\n",
-        b"GET /ready HTTP/3.0\r\nHost: t\r\n\r\n",
+        &b"GET /ready\r\n\r\n"[..],
+        b"GET /ready HTTP/1.10\r\nHost: t\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 TLS hello\r\n\r\n",
         b"HELLO\r\n\r\n",
         b"POST /fraud-score HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",

@@ -19,12 +19,27 @@
 //!   line of it has arrived (the head has at most [`MAX_HEADERS`] + 1 lines), and a chunked
 //!   body is decoded as its pieces arrive, its state kept between calls. The work for a
 //!   request is linear in its bytes however they are cut.
-//! - Framing is RFC 9112's: `Content-Length` (any number of digits, refused only when the value
-//!   overflows `u64`; two different values are refused) or
-//!   `Transfer-Encoding: chunked` (which wins over a length, and then the connection closes after
-//!   the answer); any other transfer coding is refused. `Expect: 100-continue` gets a `100
-//!   Continue` when the body is not there yet. HTTP/1.0 is answered in HTTP/1.0 and closed unless
-//!   it asked for keep-alive. HEAD gets the head of the answer only.
+//! - Framing is RFC 9112's (section 6): `Content-Length` (any number of digits, refused only
+//!   when the value overflows `u64`; two different values are refused) or
+//!   `Transfer-Encoding` ending in `chunked` (which wins over a length, and then the connection
+//!   closes after the answer). The transfer codings are read across every `Transfer-Encoding`
+//!   line as one list: `chunked` only is served; `chunked` not last, or twice, or a
+//!   `Transfer-Encoding` in an HTTP/1.0 request, is faulty framing (400); any other coding
+//!   before a final `chunked`, or a coding with parameters, is well-formed but not implemented
+//!   (501). `Expect: 100-continue` gets a `100 Continue` when the body is not there yet.
+//! - Versions (RFC 9110 2.5, RFC 9112 2.3): HTTP/1.0 is answered in HTTP/1.0 and closed unless
+//!   it asked for keep-alive; HTTP/1.1 in HTTP/1.1; a higher minor version of HTTP/1 (1.2 to
+//!   1.9) is handled as HTTP/1.1; another major version (`HTTP/2.0` prior knowledge,
+//!   `HTTP/3.0`) gets 505; a request line without a well-formed version (HTTP/0.9, `HTTP/1.10`)
+//!   gets 400. An HTTP/1.1 request needs exactly one `Host` of valid characters (RFC 9112 3.2:
+//!   400 otherwise); HEAD gets the head of the answer only.
+//! - Strictness: every header line must be well-formed (httparse's rules: a token name, no
+//!   space before the colon, no line folding, no control character in a value), whether or not
+//!   the server reads that header; such a request gets 400 and the connection closes. A
+//!   request is refused rather than guessed at, since a balancer in front may read it
+//!   differently (request smuggling); `http1/tests.rs`, `conformance`, holds every case.
+//! - Every refusal (400, 413, 431, 501, 505) ends the connection after the answers of the
+//!   complete requests before it.
 //! - Memory: a connection holds no buffer between requests. Bytes of an incomplete request are
 //!   kept until it completes, at most [`MAX_HEAD_BYTES`] of head plus twice the body limit
 //!   (chunk framing included); beyond that the request is refused. [`Conn::held_bytes`] says
@@ -95,6 +110,9 @@ pub struct Conn {
     closing: bool,
     /// `pending` holds bytes not looked at yet (the last call stopped at its budget).
     paused: bool,
+    /// The current request says HTTP/1.2 to 1.9: the offset in it of the minor digit, to be
+    /// read as 1 (handled as HTTP/1.1) once the request is in `pending`.
+    version_patch: Option<usize>,
 }
 
 /// Where the current request stands. Offsets are into the bytes of the current request.
@@ -115,6 +133,9 @@ enum Step {
     Done(usize),
     /// More bytes are needed.
     More,
+    /// The request says a higher minor version of HTTP/1: read it again as HTTP/1.1, with the
+    /// minor digit at this offset patched.
+    Patch(usize),
 }
 
 impl Conn {
@@ -129,6 +150,7 @@ impl Conn {
             last: false,
             closing: false,
             paused: false,
+            version_patch: None,
         }
     }
 
@@ -156,7 +178,26 @@ impl Conn {
             self.pending.extend_from_slice(input);
             self.process_pending(now, limits, app, bufs);
         }
+        self.patched_versions(now, limits, app, bufs);
         self.after(limits, bufs)
+    }
+
+    /// Goes on with requests that stopped at a higher minor version of HTTP/1 ([`Step::Patch`]):
+    /// each is in `pending` from its first byte, its minor digit is read as 1.
+    fn patched_versions(
+        &mut self,
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) {
+        while let Some(at) = self.version_patch.take() {
+            if self.closing || self.paused {
+                return;
+            }
+            self.pending[at] = b'1';
+            self.process_pending(now, limits, app, bufs);
+        }
     }
 
     /// Goes on with the bytes a call that returned [`Next::Pause`] left unread.
@@ -172,6 +213,7 @@ impl Conn {
         }
         self.paused = false;
         self.process_pending(now, limits, app, bufs);
+        self.patched_versions(now, limits, app, bufs);
         self.after(limits, bufs)
     }
 
@@ -291,6 +333,11 @@ impl Conn {
                     }
                 }
                 Step::More => break,
+                Step::Patch(offset) => {
+                    // The caller keeps this request in `pending` and reads it again patched.
+                    self.version_patch = Some(offset);
+                    break;
+                }
             }
         }
         at
@@ -322,6 +369,16 @@ impl Conn {
                     Ok(_) | Err(httparse::Error::TooManyHeaders) => {
                         return self.refused(Response::head_too_large(), buf, bufs)
                     }
+                    Err(httparse::Error::Version) => match other_version(buf) {
+                        Version::HigherMinor(offset) => return Step::Patch(offset),
+                        Version::OtherMajor => {
+                            return self.refused(Response::version_not_supported(), buf, bufs)
+                        }
+                        Version::Malformed => {
+                            let what = "malformed HTTP version (HTTP/1.0 and 1.1 are served)";
+                            return self.refused(Response::bad_request(what), buf, bufs);
+                        }
+                    },
                     Err(e) => return self.refused(Response::bad_request(head_error(e)), buf, bufs),
                 }
             }
@@ -356,7 +413,12 @@ impl Conn {
         };
         let head = match Head::read(&req) {
             Ok(head) => head,
-            Err(what) => return self.refused(Response::bad_request(what), buf, bufs),
+            Err(Refusal::Faulty(what)) => {
+                return self.refused(Response::bad_request(what), buf, bufs)
+            }
+            Err(Refusal::NotImplemented(what)) => {
+                return self.refused(Response::not_implemented(what), buf, bufs)
+            }
         };
         let (body, used): (&[u8], usize) = match self.stage {
             Stage::Head { .. } if head.chunked => {
@@ -483,8 +545,17 @@ struct Head<'a> {
     content_type: Option<&'a [u8]>,
 }
 
+/// Why a head that httparse read cannot be served.
+enum Refusal {
+    /// Faulty framing or a malformed field: 400.
+    Faulty(&'static str),
+    /// Well-formed but not implemented (a transfer coding other than chunked): 501.
+    NotImplemented(&'static str),
+}
+
 impl<'a> Head<'a> {
-    fn read(req: &httparse::Request<'_, 'a>) -> Result<Head<'a>, &'static str> {
+    fn read(req: &httparse::Request<'_, 'a>) -> Result<Head<'a>, Refusal> {
+        use Refusal::{Faulty, NotImplemented};
         let version = req.version.unwrap_or(1);
         let mut head = Head {
             version,
@@ -496,19 +567,18 @@ impl<'a> Head<'a> {
             content_type: None,
         };
         let mut keep_alive = false;
+        let (mut hosts, mut codings) = (0, Codings::default());
         for h in req.headers.iter() {
             let name = h.name;
             if name.eq_ignore_ascii_case("content-length") {
-                let n = content_length(h.value.trim_ascii()).ok_or("invalid content-length")?;
+                let n =
+                    content_length(h.value.trim_ascii()).ok_or(Faulty("invalid content-length"))?;
                 if head.content_length.is_some_and(|m| m != n) {
-                    return Err("conflicting content-length headers");
+                    return Err(Faulty("conflicting content-length headers"));
                 }
                 head.content_length = Some(n);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") || head.chunked {
-                    return Err("unsupported transfer-encoding (only chunked)");
-                }
-                head.chunked = true;
+                codings.add(h.value)?;
             } else if name.eq_ignore_ascii_case("connection") {
                 for token in h.value.split(|&b| b == b',') {
                     let token = token.trim_ascii();
@@ -519,7 +589,38 @@ impl<'a> Head<'a> {
                 head.expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
             } else if name.eq_ignore_ascii_case("content-type") && head.content_type.is_none() {
                 head.content_type = Some(h.value);
+            } else if name.eq_ignore_ascii_case("host") {
+                hosts += 1;
+                if !h.value.trim_ascii().iter().all(|&b| HOST_BYTE[b as usize]) {
+                    return Err(Faulty("invalid host"));
+                }
             }
+        }
+        if version == 1 && hosts != 1 {
+            return Err(Faulty("an HTTP/1.1 request needs exactly one host header"));
+        }
+        if codings.any {
+            // RFC 9112 6.1: a Transfer-Encoding in HTTP/1.0 is faulty framing.
+            if version == 0 {
+                return Err(Faulty("transfer-encoding in an HTTP/1.0 request"));
+            }
+            match codings.last {
+                Coding::Chunked if codings.chunked == 1 => {}
+                Coding::Chunked | Coding::ChunkedWithParameters if codings.chunked > 1 => {
+                    return Err(Faulty("chunked more than once"))
+                }
+                Coding::Chunked | Coding::ChunkedWithParameters => {}
+                // RFC 9112 6.3: chunked not last (or none): the body's length is unknown.
+                Coding::None | Coding::Other => {
+                    return Err(Faulty("transfer-encoding does not end in chunked"))
+                }
+            }
+            if codings.other || codings.last == Coding::ChunkedWithParameters {
+                return Err(NotImplemented(
+                    "transfer codings other than chunked are not implemented",
+                ));
+            }
+            head.chunked = true;
         }
         // RFC 9112 6.3: with both, chunked frames the body and the connection must close after.
         head.close |= head.chunked && head.content_length.is_some();
@@ -528,10 +629,114 @@ impl<'a> Head<'a> {
     }
 }
 
+/// One element of the transfer-coding list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Coding {
+    #[default]
+    None,
+    Chunked,
+    /// `chunked` with parameters, which chunked does not take.
+    ChunkedWithParameters,
+    Other,
+}
+
+/// The transfer codings of every `Transfer-Encoding` line of a request, read as one list.
+#[derive(Default)]
+struct Codings {
+    /// A `Transfer-Encoding` header was present.
+    any: bool,
+    /// The last non-empty element.
+    last: Coding,
+    /// Elements named chunked.
+    chunked: usize,
+    /// Some element is another coding than chunked.
+    other: bool,
+}
+
+impl Codings {
+    /// Adds the elements of one field value: `transfer-coding *( OWS ";" OWS parameter )`, comma
+    /// separated, empty elements ignored (RFC 9110 5.6.1).
+    fn add(&mut self, value: &[u8]) -> Result<(), Refusal> {
+        self.any = true;
+        for element in value.split(|&b| b == b',') {
+            let element = element.trim_ascii();
+            if element.is_empty() {
+                continue;
+            }
+            let mut parts = element.splitn(2, |&b| b == b';');
+            let name = parts.next().unwrap_or_default().trim_ascii();
+            if name.is_empty() || !name.iter().all(|&b| TCHAR[b as usize]) {
+                return Err(Refusal::Faulty("malformed transfer-encoding"));
+            }
+            let parameters = parts.next().is_some();
+            let coding = match (name.eq_ignore_ascii_case(b"chunked"), parameters) {
+                (true, false) => Coding::Chunked,
+                (true, true) => Coding::ChunkedWithParameters,
+                (false, _) => Coding::Other,
+            };
+            match coding {
+                Coding::Other => self.other = true,
+                _ => self.chunked += 1,
+            }
+            self.last = coding;
+        }
+        Ok(())
+    }
+}
+
+/// RFC 9110 5.6.2 `tchar`: the bytes of a token.
+const TCHAR: [bool; 256] =
+    byte_set(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+
+/// RFC 3986 `uri-host [":" port]`: unreserved, percent-encoded, sub-delims, and the brackets
+/// and colons of an IP literal and a port.
+const HOST_BYTE: [bool; 256] =
+    byte_set(b"-._~%!$&'()*+,;=:[]0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+
+const fn byte_set(bytes: &[u8]) -> [bool; 256] {
+    let mut set = [false; 256];
+    let mut i = 0;
+    while i < bytes.len() {
+        set[bytes[i] as usize] = true;
+        i += 1;
+    }
+    set
+}
+
+/// What a request line's version is when httparse refused it (it reads only 1.0 and 1.1).
+#[derive(Debug, PartialEq, Eq)]
+enum Version {
+    /// `HTTP/1.2` to `HTTP/1.9`: the offset of the minor digit in the request.
+    HigherMinor(usize),
+    /// `HTTP/<d>.<d>` of another major version.
+    OtherMajor,
+    /// No well-formed `HTTP/<digit>.<digit>` where the version goes.
+    Malformed,
+}
+
+/// The version token of the request line at the start of `buf` (RFC 9112 2.3: `HTTP-name "/"
+/// DIGIT "." DIGIT`, after the last space of the line).
+fn other_version(buf: &[u8]) -> Version {
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(space) = line.iter().rposition(|&b| b == b' ') else {
+        return Version::Malformed;
+    };
+    match &line[space + 1..] {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9'] => Version::HigherMinor(space + 8),
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() && *major != b'1' =>
+        {
+            Version::OtherMajor
+        }
+        _ => Version::Malformed,
+    }
+}
+
 /// Why httparse refused a head, in words (never the client's bytes).
 fn head_error(e: httparse::Error) -> &'static str {
     match e {
-        httparse::Error::Version => "unsupported HTTP version (HTTP/1.0 and 1.1 only)",
+        httparse::Error::Version => "malformed HTTP version (HTTP/1.0 and 1.1 are served)",
         httparse::Error::Token | httparse::Error::HeaderName => {
             "malformed request line or header name"
         }
@@ -762,7 +967,9 @@ fn reason(status: u16) -> &'static str {
         413 => "Content Too Large",
         415 => "Unsupported Media Type",
         431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
         503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
         _ => "Unknown",
     }
 }
