@@ -9,18 +9,27 @@
 //! |----------------------|--------|
 //! | `POST /fraud-score`  | 200 `{"approved":…,"fraud_score":…}`, or 400 `{"error":"<field>: <what is wrong>"}` |
 //! | `POST /fraud-score` with a Content-Type other than `application/json` | 415 `{"error":…}` |
-//! | `GET`/`HEAD /ready`  | 200 `{"ready":true}`, or 503 `{"ready":false}` while warming up |
+//! | `GET`/`HEAD /ready`  | 200 `{"ready":true,"index":{…}}`, or 503 `{"ready":false,"index":{…}}` while warming up (the index's identity, `index_pack::format::Identity`, when the scorer knows it; with deltas also `"deltas":[…]`) |
 //! | other method, known path | 405 `{"error":…}` with the allowed methods |
 //! | anything else        | 404 `{"error":"not found"}` |
 //!
 //! A query string is ignored when routing. Content-Type: none, or `application/json` in any case
 //! with or without parameters (`application/json; charset=utf-8`), is accepted; anything else
 //! gets 415, because the body would not be what the client meant.
+//!
+//! Every [`Response`] says what it was ([`Outcome`]): a decision, a readiness answer, or a
+//! refusal and its [`Reason`]. The transports count outcomes for their metrics
+//! ([`crate::metrics`]) without reading bodies back.
+//!
+//! The search behind the scorer is in this process ([`Searcher`]) or, for a front over shards,
+//! behind a [`Remote`]: then a shard that fails or times out is a 502 or 504 naming the shard,
+//! never a partial answer.
 
 use crate::decision::Decision;
 use crate::payload::{self, PayloadError};
 use crate::search::Searcher;
 use crate::vector;
+use index_pack::format::{Identity, DIMS};
 use std::borrow::Cow;
 
 /// The JSON content type of every answer.
@@ -72,24 +81,108 @@ pub struct Response {
     /// transport can log it without reading the body back.
     pub field: Option<Cow<'static, str>>,
     pub body: Cow<'static, str>,
+    /// What the answer is, for the metrics.
+    pub outcome: Outcome,
+}
+
+/// What an answer was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A scored transaction.
+    Decided(Decision),
+    /// `/ready` (whether ready or warming up).
+    Ready,
+    /// Refused, and why.
+    Rejected(Reason),
+}
+
+/// Why a request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// 400: the transaction cannot be read (a field's value or the JSON).
+    BadBody,
+    /// 415.
+    UnsupportedMediaType,
+    /// 404.
+    NotFound,
+    /// 405.
+    MethodNotAllowed,
+    /// 400: the request itself cannot be read (head, framing).
+    BadRequest,
+    /// 408.
+    Timeout,
+    /// 413.
+    BodyTooLarge,
+    /// 431.
+    HeadTooLarge,
+    /// 501.
+    NotImplemented,
+    /// 505.
+    VersionNotSupported,
+    /// 503: the connection cap or the memory budget.
+    Busy,
+    /// 502 or 504: a shard behind a front failed or timed out.
+    ShardUnavailable,
+}
+
+impl Reason {
+    /// Every reason, in the order of [`Reason::index`].
+    pub const ALL: [Reason; 12] = [
+        Reason::BadBody,
+        Reason::UnsupportedMediaType,
+        Reason::NotFound,
+        Reason::MethodNotAllowed,
+        Reason::BadRequest,
+        Reason::Timeout,
+        Reason::BodyTooLarge,
+        Reason::HeadTooLarge,
+        Reason::NotImplemented,
+        Reason::VersionNotSupported,
+        Reason::Busy,
+        Reason::ShardUnavailable,
+    ];
+
+    /// Its position in [`Reason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in metrics (snake case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::BadBody => "bad_body",
+            Reason::UnsupportedMediaType => "unsupported_media_type",
+            Reason::NotFound => "not_found",
+            Reason::MethodNotAllowed => "method_not_allowed",
+            Reason::BadRequest => "bad_request",
+            Reason::Timeout => "timeout",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::HeadTooLarge => "head_too_large",
+            Reason::NotImplemented => "not_implemented",
+            Reason::VersionNotSupported => "version_not_supported",
+            Reason::Busy => "busy",
+            Reason::ShardUnavailable => "shard_unavailable",
+        }
+    }
 }
 
 impl Response {
-    fn json(status: u16, body: Cow<'static, str>) -> Response {
+    fn json(status: u16, body: Cow<'static, str>, outcome: Outcome) -> Response {
         Response {
             status,
             content_type: JSON,
             allow: None,
             field: None,
             body,
+            outcome,
         }
     }
 
-    fn fixed(status: u16, body: &'static str) -> Response {
-        Response::json(status, Cow::Borrowed(body))
+    fn fixed(status: u16, body: &'static str, reason: Reason) -> Response {
+        Response::json(status, Cow::Borrowed(body), Outcome::Rejected(reason))
     }
 
-    fn error(status: u16, message: &str) -> Response {
+    fn error(status: u16, message: &str, reason: Reason) -> Response {
         // serde's messages quote the offending value, which the client chose (up to the body
         // limit): keep the field and the reason, cut the echo.
         let message = match message.char_indices().nth(MAX_ERROR_CHARS) {
@@ -99,39 +192,56 @@ impl Response {
         Response::json(
             status,
             Cow::Owned(serde_json::json!({ "error": message }).to_string()),
+            Outcome::Rejected(reason),
         )
     }
 
     /// 400: the request itself cannot be read (malformed head, bad framing). `what` says what
     /// is wrong, without echoing the client's bytes.
     pub fn bad_request(what: &str) -> Response {
-        Response::error(400, &format!("bad request: {what}"))
+        Response::error(400, &format!("bad request: {what}"), Reason::BadRequest)
     }
 
     /// 408: the head did not arrive in time.
     pub fn head_timeout() -> Response {
-        Response::fixed(408, r#"{"error":"request head not received in time"}"#)
+        Response::fixed(
+            408,
+            r#"{"error":"request head not received in time"}"#,
+            Reason::Timeout,
+        )
     }
 
     /// 408: the body did not arrive in time after its head.
     pub fn body_timeout() -> Response {
-        Response::fixed(408, r#"{"error":"body not received in time"}"#)
+        Response::fixed(
+            408,
+            r#"{"error":"body not received in time"}"#,
+            Reason::Timeout,
+        )
     }
 
     /// 413: the body is longer than the server accepts.
     pub fn body_too_large() -> Response {
-        Response::fixed(413, r#"{"error":"body too large"}"#)
+        Response::fixed(413, r#"{"error":"body too large"}"#, Reason::BodyTooLarge)
     }
 
     /// 431: the request head (line and headers) is too large or has too many headers.
     pub fn head_too_large() -> Response {
-        Response::fixed(431, r#"{"error":"request head too large"}"#)
+        Response::fixed(
+            431,
+            r#"{"error":"request head too large"}"#,
+            Reason::HeadTooLarge,
+        )
     }
 
     /// 501: the request is well-formed but uses what the server does not implement (a transfer
     /// coding other than chunked). `what` says what, without echoing the client's bytes.
     pub fn not_implemented(what: &str) -> Response {
-        Response::error(501, &format!("not implemented: {what}"))
+        Response::error(
+            501,
+            &format!("not implemented: {what}"),
+            Reason::NotImplemented,
+        )
     }
 
     /// 505: the request's major HTTP version is not served (HTTP/1.0 and 1.1 are).
@@ -139,24 +249,46 @@ impl Response {
         Response::fixed(
             505,
             r#"{"error":"HTTP version not supported: HTTP/1.0 and 1.1 are served"}"#,
+            Reason::VersionNotSupported,
         )
     }
 
     /// 503: the server is at its connection limit.
     pub fn too_many_connections() -> Response {
-        Response::fixed(503, r#"{"error":"too many connections"}"#)
+        Response::fixed(503, r#"{"error":"too many connections"}"#, Reason::Busy)
     }
 
     /// 503: the server holds as much for its clients as its memory budget allows.
     pub fn server_busy() -> Response {
-        Response::fixed(503, r#"{"error":"server busy"}"#)
+        Response::fixed(503, r#"{"error":"server busy"}"#, Reason::Busy)
     }
 
     /// The same answer to every request, without reading it: the body of a backend that does
     /// no work (`local-runner serve --no-work`, a measurement of the stack's lower bound).
     pub fn constant() -> Response {
-        Response::fixed(200, crate::decision::BODIES[0])
+        let d = Decision::new(0);
+        Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d))
     }
+
+    /// 502 (the shard failed) or 504 (it did not answer in time): `what` names the shard.
+    pub fn shard_unavailable(timed_out: bool, what: &str) -> Response {
+        let status = if timed_out { 504 } else { 502 };
+        Response::error(status, what, Reason::ShardUnavailable)
+    }
+}
+
+/// A search that runs elsewhere (the shards behind a front): the fraud count among the 5 nearest
+/// references of the whole set, or why it cannot be had.
+pub trait Remote: Sync {
+    fn frauds(&self, q: &[i16; DIMS]) -> Result<usize, Unavailable>;
+}
+
+/// Why a remote search has no answer: which shard, and whether it timed out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    pub timed_out: bool,
+    /// Names the shard and what it said, e.g. `shard 2 (fraud-shard-2) timed out after 1000 ms`.
+    pub message: String,
 }
 
 /// True when a Content-Type value names JSON: `application/json`, any case, optionally followed
@@ -169,23 +301,91 @@ pub fn is_json_content_type(value: &[u8]) -> bool {
 /// The fraud scorer: parse, vectorize, search, decide.
 #[derive(Clone, Copy)]
 pub struct Scorer<'a> {
-    searcher: Searcher<'a>,
+    search: Search<'a>,
+    /// `/ready`'s bodies, ready and warming up.
+    ready: [&'static str; 2],
+}
+
+/// Where the 5 nearest references are found.
+#[derive(Clone, Copy)]
+enum Search<'a> {
+    Local(Searcher<'a>),
+    Remote(&'a dyn Remote),
+}
+
+/// Why a transaction has no decision.
+#[derive(Debug)]
+pub enum ScoreError {
+    /// The body is not a transaction.
+    Payload(PayloadError),
+    /// The remote search has no answer.
+    Unavailable(Unavailable),
+}
+
+impl From<PayloadError> for ScoreError {
+    fn from(e: PayloadError) -> ScoreError {
+        ScoreError::Payload(e)
+    }
 }
 
 impl<'a> Scorer<'a> {
     pub fn new(searcher: Searcher<'a>) -> Scorer<'a> {
-        Scorer { searcher }
+        Scorer {
+            search: Search::Local(searcher),
+            ready: [r#"{"ready":true}"#, r#"{"ready":false}"#],
+        }
     }
 
-    pub fn searcher(&self) -> &Searcher<'a> {
-        &self.searcher
+    /// A scorer whose search is remote (a front over shards).
+    pub fn remote(remote: &'a dyn Remote) -> Scorer<'a> {
+        Scorer {
+            search: Search::Remote(remote),
+            ready: [r#"{"ready":true}"#, r#"{"ready":false}"#],
+        }
+    }
+
+    /// The same scorer, naming the indexes it serves in `/ready` (the base or the shards first,
+    /// then the deltas). The bodies are made once, for the life of the process.
+    pub fn with_identity(self, index: &Identity, deltas: &[Identity]) -> Scorer<'a> {
+        #[derive(serde::Serialize)]
+        struct ReadyBody<'i> {
+            ready: bool,
+            index: &'i Identity,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            deltas: &'i [Identity],
+        }
+        let body = |ready: bool| -> &'static str {
+            let body = ReadyBody {
+                ready,
+                index,
+                deltas,
+            };
+            let json = serde_json::to_string(&body).expect("a ready body serializes");
+            Box::leak(json.into_boxed_str())
+        };
+        Scorer {
+            ready: [body(true), body(false)],
+            ..self
+        }
+    }
+
+    /// The in-process searcher (none for a remote search).
+    pub fn searcher(&self) -> Option<&Searcher<'a>> {
+        match &self.search {
+            Search::Local(s) => Some(s),
+            Search::Remote(_) => None,
+        }
     }
 
     /// Scores one request body.
-    pub fn score(&self, body: &[u8]) -> Result<Decision, PayloadError> {
+    pub fn score(&self, body: &[u8]) -> Result<Decision, ScoreError> {
         let payload = payload::parse(body)?;
         let query = vector::vectorize(&payload)?;
-        Ok(Decision::new(self.searcher.frauds(&query)))
+        let frauds = match &self.search {
+            Search::Local(s) => s.frauds(&query),
+            Search::Remote(r) => r.frauds(&query).map_err(ScoreError::Unavailable)?,
+        };
+        Ok(Decision::new(frauds))
     }
 
     /// Answers one request.
@@ -194,29 +394,43 @@ impl<'a> Scorer<'a> {
         match (req.method, path) {
             ("POST", "/fraud-score") => {
                 if req.content_type.is_some_and(|ct| !is_json_content_type(ct)) {
-                    return Response::error(415, "unsupported content type: send application/json");
+                    return Response::error(
+                        415,
+                        "unsupported content type: send application/json",
+                        Reason::UnsupportedMediaType,
+                    );
                 }
                 match self.score(req.body) {
-                    Ok(d) => Response::fixed(200, d.body()),
-                    Err(e) => Response {
+                    Ok(d) => Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d)),
+                    Err(ScoreError::Payload(e)) => Response {
                         field: Some(Cow::Owned(e.field().to_owned())),
-                        ..Response::error(400, &e.to_string())
+                        ..Response::error(400, &e.to_string(), Reason::BadBody)
                     },
+                    Err(ScoreError::Unavailable(u)) => {
+                        Response::shard_unavailable(u.timed_out, &u.message)
+                    }
                 }
             }
-            ("GET" | "HEAD", "/ready") => match readiness {
-                Readiness::Ready => Response::fixed(200, r#"{"ready":true}"#),
-                Readiness::WarmingUp => Response::fixed(503, r#"{"ready":false}"#),
-            },
+            ("GET" | "HEAD", "/ready") => {
+                let (status, body) = match readiness {
+                    Readiness::Ready => (200, self.ready[0]),
+                    Readiness::WarmingUp => (503, self.ready[1]),
+                };
+                Response::json(status, Cow::Borrowed(body), Outcome::Ready)
+            }
             (_, "/fraud-score") => Response {
                 allow: Some("POST"),
-                ..Response::error(405, "method not allowed: use POST")
+                ..Response::error(
+                    405,
+                    "method not allowed: use POST",
+                    Reason::MethodNotAllowed,
+                )
             },
             (_, "/ready") => Response {
                 allow: Some("GET, HEAD"),
-                ..Response::error(405, "method not allowed: use GET")
+                ..Response::error(405, "method not allowed: use GET", Reason::MethodNotAllowed)
             },
-            _ => Response::error(404, "not found"),
+            _ => Response::error(404, "not found", Reason::NotFound),
         }
     }
 }

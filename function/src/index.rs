@@ -414,6 +414,69 @@ pub fn artifact() -> Result<&'static [u8], IndexError> {
     artifact_bytes()
 }
 
+/// The embedded artifact's footer (its last bytes: one page read).
+pub fn footer() -> Result<format::Footer, IndexError> {
+    Ok(format::Footer::read(artifact_bytes()?)?)
+}
+
+/// Which index this binary serves ([`format::Identity`]): from the header and the footer, no
+/// row read.
+pub fn identity() -> Result<format::Identity, IndexError> {
+    Ok(format::Identity::of(&format::Opened {
+        index: open()?,
+        footer: footer()?,
+    }))
+}
+
+/// The deltas searched with the embedded index: every `*.idx` file named by `FRAUD_DELTAS`
+/// (files or directories, `:`-separated), else in the directory `deltas` beside the executable
+/// when there is one; none otherwise. Each is read whole and checked in full (CRC32, values,
+/// boxes: deltas are small), and they are ordered by position; whether they extend this base
+/// in that order is the searcher's check (`Searcher::with_deltas`). Read once per process.
+pub fn deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
+    static DELTAS: OnceLock<Result<&'static [format::Opened<'static>], IndexError>> =
+        OnceLock::new();
+    DELTAS.get_or_init(load_deltas).clone()
+}
+
+fn load_deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
+    let fail = |p: &std::path::Path, e: String| IndexError::File(format!("{}: {e}", p.display()));
+    let roots: Vec<std::path::PathBuf> = match std::env::var_os("FRAUD_DELTAS") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join("deltas")))
+            .filter(|d| d.is_dir())
+            .into_iter()
+            .collect(),
+    };
+    let mut files = Vec::new();
+    for root in roots {
+        if root.is_dir() {
+            let entries = std::fs::read_dir(&root).map_err(|e| fail(&root, e.to_string()))?;
+            for entry in entries {
+                let path = entry.map_err(|e| fail(&root, e.to_string()))?.path();
+                if path.extension().is_some_and(|e| e == "idx") {
+                    files.push(path);
+                }
+            }
+        } else {
+            files.push(root);
+        }
+    }
+    let mut opened = Vec::new();
+    for path in files {
+        let mut bytes = format::aligned_copy(&[]);
+        let mut file = std::fs::File::open(&path).map_err(|e| fail(&path, e.to_string()))?;
+        std::io::copy(&mut file, &mut bytes).map_err(|e| fail(&path, e.to_string()))?;
+        let bytes: &'static [u8] = Box::leak(Box::new(bytes));
+        format::verify_deep(bytes).map_err(|e| fail(&path, e.to_string()))?;
+        opened.push(format::open_with_footer(bytes)?);
+    }
+    opened.sort_by_key(|o| o.index.header.first_position.to_native());
+    Ok(Box::leak(opened.into_boxed_slice()))
+}
+
 static INDEX: OnceLock<Result<&'static ArchivedIndex, IndexError>> = OnceLock::new();
 
 /// The embedded index, opened lazily (zero-copy) unless [`load`] chose otherwise first.

@@ -14,8 +14,13 @@
 //! - [`decision`]: the vote and the six precomputed response bodies.
 //! - [`handler`]: routes a [`Request`] and builds every answer a transport can give; the Lambda binary (`bootstrap`) and the
 //!   `local-runner` HTTP server are thin adapters around [`handler::Scorer::handle`].
+//! - [`metrics`]: counts what the handler answered, published by the transports (Prometheus
+//!   text, CloudWatch Embedded Metric Format).
+//! - [`shard`]: the invocation a front sends a shard (a query vector) and its answer (the
+//!   shard's 5 nearest references), and the exact merge of the shards' answers.
 //!
-//! With feature `embedded-index`, [`index`] carries the index built from the contest references.
+//! With feature `embedded-index`, [`index`] carries the index built from the contest references
+//! (and finds the deltas that extend it).
 
 // Lane loops read several arrays in lockstep; indexing says that more plainly than zips.
 #![allow(clippy::needless_range_loop)]
@@ -25,19 +30,26 @@ pub mod handler;
 mod hint;
 #[cfg(feature = "embedded-index")]
 pub mod index;
+pub mod metrics;
 pub mod payload;
 pub mod search;
+pub mod shard;
 pub mod vector;
 
 pub use decision::Decision;
-pub use handler::{Readiness, Request, Response, Scorer};
+pub use handler::{Outcome, Readiness, Reason, Request, Response, Scorer};
 pub use search::{SearchParams, Searcher};
 
-/// The scorer over the embedded index, opened on first use.
+/// The scorer over the embedded index (opened on first use) and the deltas that extend it
+/// ([`index::deltas`]), naming them in `/ready`.
 #[cfg(feature = "embedded-index")]
 pub fn embedded_scorer() -> Result<Scorer<'static>, index::IndexError> {
-    Ok(Scorer::new(Searcher::new(
-        index::open()?,
-        SearchParams::default(),
-    )))
+    let deltas = index::deltas()?;
+    let searcher = Searcher::new(index::open()?, SearchParams::default())
+        .with_deltas(index::footer()?, deltas)?;
+    let delta_ids: Vec<_> = deltas
+        .iter()
+        .map(index_pack::format::Identity::of)
+        .collect();
+    Ok(Scorer::new(searcher).with_identity(&index::identity()?, &delta_ids))
 }

@@ -71,9 +71,7 @@ fn scoring_a_typical_request_allocates_nothing() {
     let params = LayoutParams {
         codec: CodecKind::I16,
         block_rows: 32,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: index_pack::layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     let bytes = format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         &references(),

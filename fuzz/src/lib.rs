@@ -100,9 +100,7 @@ fn small_index(
     let params = LayoutParams {
         codec,
         block_rows,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         refs, cells, &params,

@@ -46,8 +46,12 @@
 //! - Every stored value v satisfies -10000 <= v <= 10000; dimensions other than 5 and 6 are >= 0;
 //!   padding lanes are 0 (`verify_deep`). With queries in the same domain, every squared distance
 //!   in fixed point is <= 2.0e9, so it fits an `i32` (see `MAX_DISTANCE`).
-//! - `ids[slot] = original_index << 1 | is_fraud` for a real row, [`PAD_ID`] for padding; the
+//! - `ids[slot] = position << 1 | is_fraud` for a real row, [`PAD_ID`] for padding, where a
+//!   position is the reference's index in the whole set (`Header::first_position` plus its
+//!   index in this part), each position of the part's range exactly once, all below 2^31; the
 //!   label bit equals the partition's (`verify_deep`).
+//! - A delta's footer holds its base's CRC32, equal to its header's (`open`); a base and its
+//!   deltas compose only as [`check_composition`] says.
 //! - Partitions are ordered by (key, label) and tile the slots; each tree reaches each of its
 //!   nodes and blocks once, and its blocks lie in its partition's slots (`open`); every box
 //!   contains what lies below it, every real row lies in a block and no block holds padding
@@ -59,8 +63,10 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 /// Magic bytes at the start of the footer.
 pub const MAGIC: [u8; 8] = *b"FRDIDX\r\n";
-/// Version of the layout below. Bump it on any change to the archived types (4: 64-bit offsets).
-pub const FORMAT_VERSION: u32 = 4;
+/// Version of the layout below. Bump it on any change to the archived types (4: 64-bit offsets;
+/// 5: global positions and the part of a set an index is, with the base's CRC32 in a delta's
+/// footer).
+pub const FORMAT_VERSION: u32 = 5;
 /// Size of the footer that ends every artifact.
 pub const FOOTER_LEN: usize = 32;
 /// Alignment the archive needs in memory (the SIMD groups are 32-byte aligned).
@@ -168,6 +174,41 @@ pub struct Header {
     pub split_weights: [u32; DIMS],
     /// Name and version of the packer, for humans.
     pub packer: String,
+    /// The position in the whole reference set (its references in file order) of this index's
+    /// first reference: a reference's id holds `first_position + i`, its global position, so
+    /// that ties break as the labeller's would over the whole set.
+    pub first_position: u32,
+    /// What part of a reference set this index holds.
+    pub part: Part,
+}
+
+/// What part of a reference set an index holds.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub enum Part {
+    /// A whole set, or the base of one that deltas extend: positions from 0.
+    Whole,
+    /// References that follow `base` and the deltas before this one in the set's file order
+    /// (`index-pack delta`); searched with them, never alone.
+    Delta { base: BaseRef },
+    /// Shard `number` of `count` (from 0) of a set of `total` references whose source SHA-256 is
+    /// `set_sha256` (`index-pack split`): a contiguous range of its positions, answered by a
+    /// function of its own and merged by the front.
+    Shard {
+        number: u32,
+        count: u32,
+        total: u32,
+        set_sha256: [u8; 32],
+    },
+}
+
+/// The identity of the base a delta extends: what it was built from and its archive's CRC32.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub struct BaseRef {
+    pub source_sha256: [u8; 32],
+    pub n_refs: u32,
+    pub crc32: u32,
 }
 
 /// An axis-aligned box over the row lanes (lanes past the row dims are 0 in both bounds).
@@ -277,7 +318,7 @@ pub struct Index {
     pub node_bounds: Vec<BoundsGroup>,
     /// The leaves, in slot order.
     pub blocks: Vec<Block>,
-    /// Per slot: original_index << 1 | is_fraud, or [`PAD_ID`].
+    /// Per slot: position << 1 | is_fraud (the position in the whole set), or [`PAD_ID`].
     pub ids: Vec<u32>,
     pub codes: Codes,
 }
@@ -301,6 +342,8 @@ pub enum FormatError {
     Checksum { stored: u32, computed: u32 },
     #[error("index is inconsistent: {0}; rebuild it with index-pack")]
     Inconsistent(String),
+    #[error("the indexes do not compose: {0}")]
+    Composition(String),
 }
 
 /// The fixed-size trailer of an artifact.
@@ -309,6 +352,8 @@ pub struct Footer {
     pub format_version: u32,
     pub archive_len: u64,
     pub crc32: u32,
+    /// A delta's base's CRC32 (0 for any other part), readable without opening the archive.
+    pub base_crc32: u32,
 }
 
 impl Footer {
@@ -319,6 +364,7 @@ impl Footer {
         out[8..12].copy_from_slice(&self.format_version.to_le_bytes());
         out[12..16].copy_from_slice(&self.crc32.to_le_bytes());
         out[16..24].copy_from_slice(&self.archive_len.to_le_bytes());
+        out[24..28].copy_from_slice(&self.base_crc32.to_le_bytes());
         out
     }
 
@@ -353,6 +399,7 @@ impl Footer {
             format_version,
             archive_len,
             crc32,
+            base_crc32: word(24..28),
         })
     }
 }
@@ -372,10 +419,15 @@ pub fn to_artifact(index: &Index) -> Vec<u8> {
 pub fn to_archive(index: &Index) -> (rkyv::util::AlignedVec, [u8; FOOTER_LEN]) {
     let archive =
         rkyv::to_bytes::<rkyv::rancor::Error>(index).expect("serializing an index cannot fail");
+    let base_crc32 = match &index.header.part {
+        Part::Delta { base } => base.crc32,
+        _ => 0,
+    };
     let footer = Footer {
         format_version: FORMAT_VERSION,
         archive_len: archive.len() as u64,
         crc32: crc32fast::hash(&archive),
+        base_crc32,
     };
     (archive, footer.to_bytes())
 }
@@ -392,7 +444,137 @@ pub fn open(artifact: &[u8]) -> Result<&ArchivedIndex, FormatError> {
     let index = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(archive)
         .map_err(|e| FormatError::Invalid(e.to_string()))?;
     check_layout(index)?;
+    let base_crc32 = match &index.header.part {
+        ArchivedPart::Delta { base } => base.crc32.to_native(),
+        _ => 0,
+    };
+    if footer.base_crc32 != base_crc32 {
+        return Err(FormatError::Inconsistent(
+            "the footer's base CRC32 differs from the header's part".into(),
+        ));
+    }
     Ok(index)
+}
+
+/// Which index a binary serves, as its init log line, its `/ready`, its metrics and
+/// `index-pack inspect` name it: what it was built from (the references' SHA-256 and count),
+/// which part of a set it is, its format and archive checksum, and the packer that built it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    /// SHA-256 of the decompressed references file, hex.
+    pub references_sha256: String,
+    pub references: u32,
+    /// The position of its first reference in the whole set.
+    pub first_position: u32,
+    /// `whole`, `delta of <base CRC32>` or `shard <n> of <count>`.
+    pub part: String,
+    pub format_version: u32,
+    /// CRC32 of the archive (the footer's), hex.
+    pub crc32: String,
+    pub packer: String,
+}
+
+impl Identity {
+    pub fn of(opened: &Opened<'_>) -> Identity {
+        let h = &opened.index.header;
+        Identity {
+            references_sha256: hex(&h.source_sha256),
+            references: h.n_refs.to_native(),
+            first_position: h.first_position.to_native(),
+            part: match &h.part {
+                ArchivedPart::Whole => "whole".into(),
+                ArchivedPart::Delta { base } => format!("delta of {:08x}", base.crc32.to_native()),
+                ArchivedPart::Shard { number, count, .. } => format!("shard {number} of {count}"),
+            },
+            format_version: opened.footer.format_version,
+            crc32: format!("{:08x}", opened.footer.crc32),
+            packer: h.packer.to_string(),
+        }
+    }
+}
+
+/// An opened artifact: its index and its footer.
+#[derive(Clone, Copy)]
+pub struct Opened<'a> {
+    pub index: &'a ArchivedIndex,
+    pub footer: Footer,
+}
+
+impl Opened<'_> {
+    /// The identity a delta of this base records ([`Part::Delta`]).
+    pub fn base_ref(&self) -> BaseRef {
+        let h = &self.index.header;
+        BaseRef {
+            source_sha256: h.source_sha256,
+            n_refs: h.n_refs.to_native(),
+            crc32: self.footer.crc32,
+        }
+    }
+
+    /// The position that follows this index's references: where a delta after it starts.
+    pub fn end_position(&self) -> u32 {
+        let h = &self.index.header;
+        h.first_position.to_native() + h.n_refs.to_native()
+    }
+}
+
+/// [`open`], with the footer.
+pub fn open_with_footer(artifact: &[u8]) -> Result<Opened<'_>, FormatError> {
+    Ok(Opened {
+        index: open(artifact)?,
+        footer: Footer::read(artifact)?,
+    })
+}
+
+/// Checks that `parts`, a base then its deltas in order (each opened with its footer), form
+/// one reference set: every delta extends this base (its source SHA-256, reference count and
+/// CRC32) and starts at the position where the parts before it end, and all share a codec.
+pub fn check_composition(parts: &[(&ArchivedIndex, Footer)]) -> Result<(), FormatError> {
+    let bad = |m: String| Err(FormatError::Composition(m));
+    let Some(((base, base_footer), deltas)) = parts.split_first() else {
+        return bad("no index".into());
+    };
+    let h = &base.header;
+    if !matches!(h.part, ArchivedPart::Whole) {
+        return bad("the first index is not a whole set (a base)".into());
+    }
+    let mut next = h.first_position.to_native() as u64 + h.n_refs.to_native() as u64;
+    for (i, (delta, _)) in deltas.iter().enumerate() {
+        let d = &delta.header;
+        let ArchivedPart::Delta { base: of } = &d.part else {
+            return bad(format!("index {} after the base is not a delta", i + 1));
+        };
+        if of.source_sha256 != h.source_sha256
+            || of.n_refs != h.n_refs
+            || of.crc32.to_native() != base_footer.crc32
+        {
+            return bad(format!(
+                "delta {} extends another base (references {}, {} of them, CRC32 {:08x}), not \
+                 this one (references {}, {}, CRC32 {:08x}): pack it with index-pack delta \
+                 --base on this base",
+                i + 1,
+                hex(&of.source_sha256),
+                of.n_refs,
+                of.crc32.to_native(),
+                hex(&h.source_sha256),
+                h.n_refs,
+                base_footer.crc32
+            ));
+        }
+        if d.first_position.to_native() as u64 != next {
+            return bad(format!(
+                "delta {} starts at position {}, but the indexes before it end at {next}: give \
+                 the deltas in the order they were packed",
+                i + 1,
+                d.first_position
+            ));
+        }
+        if d.codec != h.codec {
+            return bad(format!("delta {} has another codec than the base", i + 1));
+        }
+        next += d.n_refs.to_native() as u64;
+    }
+    Ok(())
 }
 
 /// Reads every byte of the archive and compares its CRC32 with the footer's.
@@ -425,6 +607,10 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     let slots = index.ids.len();
     if !slots.is_multiple_of(GROUP_ROWS) {
         return bad("slot count is not a multiple of the group size".into());
+    }
+    // Ids hold a position in 31 bits.
+    if h.first_position.to_native() as u64 + h.n_refs.to_native() as u64 > 1 << 31 {
+        return bad("positions past 2^31".into());
     }
     let groups = match &index.codes {
         ArchivedCodes::I16(g) => (g.len(), CodecKind::I16),
@@ -575,6 +761,25 @@ pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
             "{real} real rows, header says {}",
             index.header.n_refs
         ));
+    }
+    // Every position of the index's range exactly once.
+    let (first, n) = (
+        index.header.first_position.to_native() as usize,
+        index.header.n_refs.to_native() as usize,
+    );
+    let mut seen = vec![false; n];
+    for id in index.ids.iter().map(|id| id.to_native()) {
+        if id == PAD_ID {
+            continue;
+        }
+        let at = ((id >> 1) as usize).wrapping_sub(first);
+        if at >= n || std::mem::replace(&mut seen[at], true) {
+            return bad(format!(
+                "the position {} is outside {first}..{} or held twice",
+                id >> 1,
+                first + n
+            ));
+        }
     }
     for (i, p) in index.partitions.iter().enumerate() {
         let range = p.first_slot.to_native() as usize..p.end_slot.to_native() as usize;

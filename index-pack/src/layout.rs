@@ -15,9 +15,9 @@
 
 use crate::codec::{self, RowLanes};
 use crate::format::{
-    Block, Bounds, BoundsGroup, ChildRef, CodecKind, Header, Index, List, Partition, BLOCK_BIT,
-    DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEY_DIMS, LANES, NO_CHILD, PAD_ID, PAIRS, ROW_DIMS,
-    SCALE,
+    Block, Bounds, BoundsGroup, ChildRef, CodecKind, Header, Index, List, Part, Partition,
+    BLOCK_BIT, DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEY_DIMS, LANES, NO_CHILD, PAD_ID, PAIRS,
+    ROW_DIMS, SCALE,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -100,6 +100,24 @@ pub struct LayoutParams {
     /// By dimension: how much a row lane's spread counts when a k-d split picks its lane (and
     /// when lists are grouped by their means). See [`DEFAULT_SPLIT_WEIGHTS`].
     pub split_weights: [u32; DIMS],
+    /// The position of the first reference in the whole set ([`Header::first_position`]).
+    pub first_position: u32,
+    /// What part of a set the index holds.
+    pub part: Part,
+}
+
+impl Default for LayoutParams {
+    fn default() -> Self {
+        LayoutParams {
+            codec: CodecKind::I16,
+            block_rows: 32,
+            kmeans_iters: 0,
+            kmeans_seed: 0,
+            split_weights: DEFAULT_SPLIT_WEIGHTS,
+            first_position: 0,
+            part: Part::Whole,
+        }
+    }
 }
 
 /// The split weights the packer uses: 1 for every dimension but minutes_since_last_tx
@@ -152,7 +170,11 @@ pub fn build(
             && (params.block_rows as usize).is_multiple_of(GROUP_ROWS)
     );
     let n = refs.vectors.len();
-    assert!(n < (1 << 31), "ids hold the original index in 31 bits");
+    let first = params.first_position;
+    assert!(
+        first as u64 + n as u64 <= 1 << 31,
+        "ids hold the position in 31 bits"
+    );
 
     // Partitions by (key, label), lists by cell inside them, file order inside a list (until
     // the k-d splits reorder it).
@@ -168,6 +190,7 @@ pub fn build(
         node_bounds: Vec::new(),
         blocks: Vec::new(),
         lists: Vec::new(),
+        first_position: first,
         ids: Vec::with_capacity(n + n / 8),
         rows: Vec::with_capacity(n + n / 8),
     };
@@ -216,6 +239,8 @@ pub fn build(
             block_rows: params.block_rows,
             split_weights: params.split_weights,
             packer: concat!("index-pack ", env!("CARGO_PKG_VERSION")).to_string(),
+            first_position: first,
+            part: params.part.clone(),
         },
         centroids: centroids.to_vec(),
         partitions,
@@ -241,6 +266,8 @@ struct Builder<'a> {
     refs: &'a References,
     block_rows: usize,
     split_weights: [u32; DIMS],
+    /// Added to a reference's index in `refs` to give its position.
+    first_position: u32,
     node_children: Vec<[ChildRef; FANOUT]>,
     node_bounds: Vec<BoundsGroup>,
     blocks: Vec<Block>,
@@ -416,7 +443,9 @@ impl Builder<'_> {
             let lanes = lanes_of(&self.refs.vectors[i as usize]);
             grow(&mut b, &lanes);
             self.rows.push(lanes);
-            self.ids.push((i << 1) | self.refs.fraud[i as usize] as u32);
+            let position = self.first_position + i;
+            self.ids
+                .push((position << 1) | self.refs.fraud[i as usize] as u32);
         }
         self.blocks.push(Block {
             first_slot,

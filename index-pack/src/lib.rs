@@ -45,6 +45,10 @@ pub struct PackOptions {
     pub block_rows: u32,
     /// See [`layout::DEFAULT_SPLIT_WEIGHTS`].
     pub split_weights: [u32; format::DIMS],
+    /// The position of the first reference in the whole set (0 for a base).
+    pub first_position: u32,
+    /// What part of a set the index holds ([`format::Part`]).
+    pub part: format::Part,
 }
 
 impl Default for PackOptions {
@@ -62,6 +66,8 @@ impl Default for PackOptions {
             max_points_per_centroid: 256,
             block_rows: 32,
             split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+            first_position: 0,
+            part: format::Part::Whole,
         }
     }
 }
@@ -107,6 +113,8 @@ pub fn build(
         kmeans_iters: opts.kmeans_iters,
         kmeans_seed: opts.kmeans_seed,
         split_weights: opts.split_weights,
+        first_position: opts.first_position,
+        part: opts.part.clone(),
     };
     let t = std::time::Instant::now();
     let index = layout::build(refs, &centroids, &assignment, &params);

@@ -51,8 +51,56 @@ enum Command {
         #[arg(long)]
         accept_any_references: bool,
     },
-    /// Check an artifact (footer, archive, checksum) and print its header.
-    Inspect { artifact: PathBuf },
+    /// Pack references that follow a base's (a day's new ones) into a delta, searched with the
+    /// base without packing it again. Positions continue after the base and the deltas given
+    /// with `--after`; the delta records the base it extends, and a binary refuses it with
+    /// another base.
+    Delta {
+        /// The base artifact the delta extends.
+        #[arg(long)]
+        base: PathBuf,
+        /// Deltas already packed for this base, in order (the new one follows them).
+        #[arg(long)]
+        after: Vec<PathBuf>,
+        /// The new references (JSON, optionally .gz).
+        #[arg(long)]
+        references: PathBuf,
+        #[arg(long, short)]
+        output: PathBuf,
+        /// k-means cells (default: one per 512 references, 1 to 1024).
+        #[arg(long)]
+        cells: Option<u32>,
+        /// Require this SHA-256 of the new references' decompressed JSON.
+        #[arg(long)]
+        references_sha256: Option<String>,
+    },
+    /// Split a reference set into shards of consecutive positions and pack them side by side:
+    /// `<output-dir>/shard-<k>-of-<count>.idx`, each answering with positions in the whole set.
+    Split {
+        #[arg(long, default_value = "resources/references.json.gz")]
+        references: PathBuf,
+        /// Number of shards.
+        #[arg(long)]
+        count: u32,
+        #[arg(long)]
+        output_dir: PathBuf,
+        /// Shards packed at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Require this SHA-256 of the decompressed JSON instead of the contest's.
+        #[arg(long, conflicts_with = "accept_any_references")]
+        references_sha256: Option<String>,
+        /// Index any references (the digest is still recorded in each shard).
+        #[arg(long)]
+        accept_any_references: bool,
+    },
+    /// Check an artifact (footer, archive, checksum, values) and print its identity and layout
+    /// (`--json`: the identity as one JSON line, as the binaries report it).
+    Inspect {
+        artifact: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -97,8 +145,190 @@ fn main() -> Result<()> {
             }
             build(&references, &output, &expect, &opts)
         }
-        Command::Inspect { artifact } => inspect(&artifact),
+        Command::Delta {
+            base,
+            after,
+            references,
+            output,
+            cells,
+            references_sha256,
+        } => delta(
+            &base,
+            &after,
+            &references,
+            &output,
+            cells,
+            references_sha256,
+        ),
+        Command::Split {
+            references,
+            count,
+            output_dir,
+            jobs,
+            references_sha256,
+            accept_any_references,
+        } => {
+            let expect = match (references_sha256, accept_any_references) {
+                (Some(s), _) => Expect::Sha256(s),
+                (None, true) => Expect::Any,
+                (None, false) => Expect::Contest,
+            };
+            split(&references, &expect, count, &output_dir, jobs)
+        }
+        Command::Inspect { artifact, json } => inspect(&artifact, json),
     }
+}
+
+/// An artifact file mapped read-only (opening it reads its tables, not its rows).
+struct Mapped(memmap2::Mmap);
+
+impl Mapped {
+    fn open(path: &std::path::Path) -> Result<Mapped> {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        // SAFETY: read-only map of an artifact nobody rewrites in place (artifacts are only
+        // ever replaced by renaming a new file over them); read as plain bytes.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", path.display()))?;
+        Ok(Mapped(map))
+    }
+
+    fn opened(&self, path: &std::path::Path) -> Result<format::Opened<'_>> {
+        format::open_with_footer(&self.0)
+            .with_context(|| format!("{} is not an index", path.display()))
+    }
+}
+
+fn delta(
+    base_path: &std::path::Path,
+    after: &[PathBuf],
+    references: &std::path::Path,
+    output: &std::path::Path,
+    cells: Option<u32>,
+    references_sha256: Option<String>,
+) -> Result<()> {
+    let started = Instant::now();
+    let base_map = Mapped::open(base_path)?;
+    let base = base_map.opened(base_path)?;
+    let maps = after
+        .iter()
+        .map(|p| Mapped::open(p))
+        .collect::<Result<Vec<_>>>()?;
+    let mut parts = vec![(base.index, base.footer)];
+    for (m, p) in maps.iter().zip(after) {
+        let o = m.opened(p)?;
+        parts.push((o.index, o.footer));
+    }
+    format::check_composition(&parts)?;
+    let first_position = parts
+        .iter()
+        .map(|(i, _)| i.header.first_position.to_native() + i.header.n_refs.to_native())
+        .max()
+        .unwrap_or(0);
+    let expect = references_sha256.map_or(Expect::Any, Expect::Sha256);
+    let refs = read_references(references, &expect, &|_| {})?;
+    let n = refs.vectors.len() as u32;
+    let opts = PackOptions {
+        codec: base.index.header.codec.native(),
+        cells: cells.unwrap_or((n / 512).clamp(1, 1024)),
+        first_position,
+        part: format::Part::Delta {
+            base: base.base_ref(),
+        },
+        ..PackOptions::default()
+    };
+    let index = index_pack::build(&refs, &opts, &mut Phases::default())?;
+    let (archive, footer) = format::to_archive(&index);
+    index_pack::write_parts_atomically(output, &[&archive, &footer])?;
+    eprintln!(
+        "wrote {} ({} bytes): {n} references at positions {first_position}..{} after base {} \
+         (CRC32 {:08x}) in {:.1} s",
+        output.display(),
+        archive.len() + footer.len(),
+        first_position + n,
+        base_path.display(),
+        base.footer.crc32,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn split(
+    references: &std::path::Path,
+    expect: &Expect,
+    count: u32,
+    output_dir: &std::path::Path,
+    jobs: usize,
+) -> Result<()> {
+    anyhow::ensure!(count >= 1, "--count must be at least 1");
+    let started = Instant::now();
+    let refs = read_references(references, expect, &|_| {})?;
+    let n = refs.vectors.len() as u64;
+    eprintln!(
+        "read {n} references in {:.1} s; packing {count} shards, {jobs} at a time",
+        started.elapsed().as_secs_f64()
+    );
+    let next = std::sync::atomic::AtomicU32::new(0);
+    let pack_one = |k: u32| -> Result<()> {
+        let (lo, hi) = (
+            n * k as u64 / count as u64,
+            n * (k + 1) as u64 / count as u64,
+        );
+        let (lo, hi) = (lo as usize, hi as usize);
+        let shard = index_pack::layout::References {
+            vectors: refs.vectors[lo..hi].to_vec(),
+            fraud: refs.fraud[lo..hi].to_vec(),
+            source_sha256: refs.source_sha256,
+        };
+        let opts = PackOptions {
+            first_position: lo as u32,
+            part: format::Part::Shard {
+                number: k,
+                count,
+                total: n as u32,
+                set_sha256: refs.source_sha256,
+            },
+            ..PackOptions::default()
+        };
+        let t = Instant::now();
+        let index = index_pack::build(&shard, &opts, &mut Phases::default())?;
+        drop(shard);
+        let (archive, footer) = format::to_archive(&index);
+        drop(index);
+        let path = output_dir.join(format!("shard-{k}-of-{count}.idx"));
+        index_pack::write_parts_atomically(&path, &[&archive, &footer])?;
+        eprintln!(
+            "shard {k}: positions {lo}..{hi}, {} bytes in {:.1} s",
+            archive.len() + footer.len(),
+            t.elapsed().as_secs_f64()
+        );
+        Ok(())
+    };
+    std::fs::create_dir_all(output_dir)?;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs.clamp(1, count as usize))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= count {
+                            return Ok(());
+                        }
+                        pack_one(k)?;
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a packing thread panicked"))
+    })?;
+    let report = serde_json::json!({
+        "references": n, "shards": count, "output_dir": output_dir,
+        "total_s": started.elapsed().as_secs_f64(), "peak_rss_mb": peak_rss_mb(),
+    });
+    println!("{report}");
+    Ok(())
 }
 
 /// `DIM=WEIGHT` of `--split-weight`.
@@ -201,18 +431,31 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn inspect(path: &std::path::Path) -> Result<()> {
+fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let aligned = format::aligned_copy(&bytes);
     format::verify_deep(&aligned)?;
-    let index = format::open(&aligned)?;
+    let opened = format::open_with_footer(&aligned)?;
+    let identity = format::Identity::of(&opened);
+    if json {
+        println!("{}", serde_json::to_string(&identity)?);
+        return Ok(());
+    }
+    let index = opened.index;
     let h = &index.header;
     println!("artifact        {}", path.display());
     println!("sha256          {}", index_pack::sha256_hex(&bytes));
-    println!("format version  {}", h.format_version);
+    println!("format version  {}", identity.format_version);
+    println!("crc32           {}", identity.crc32);
     println!("codec           {}", h.codec.native().name());
     println!("references      {} ({} fraud)", h.n_refs, h.n_fraud);
-    println!("source sha256   {}", format::hex(&h.source_sha256));
+    println!("references sha256 {}", identity.references_sha256);
+    println!(
+        "part            {} (positions {}..{})",
+        identity.part,
+        identity.first_position,
+        identity.first_position + identity.references
+    );
     println!(
         "cells           {} (k-means, {} iterations, seed {})",
         h.cells, h.kmeans_iters, h.kmeans_seed
@@ -239,7 +482,7 @@ fn inspect(path: &std::path::Path) -> Result<()> {
         h.block_rows
     );
     println!("slots           {}", index.ids.len());
-    println!("packer          {}", h.packer);
+    println!("packer          {}", identity.packer);
     println!("checksum        ok");
     Ok(())
 }

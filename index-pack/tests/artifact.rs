@@ -42,9 +42,7 @@ fn index(codec: CodecKind) -> format::Index {
     let params = LayoutParams {
         codec,
         block_rows: 16,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     layout::build(&r, &centroids, &assignment, &params)
 }

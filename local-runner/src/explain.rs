@@ -13,6 +13,7 @@
 use anyhow::{bail, Context, Result};
 use function::search::Neighbour;
 use function::{payload, vector, Decision, Scorer};
+use index_pack::format::Identity;
 use serde::Serialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ pub const DIMENSIONS: [&str; 14] = [
 /// One neighbour as printed.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct Near {
-    /// Position in references.json (0-based).
+    /// Position in the whole set (0-based): in references.json, then in the deltas' files.
     pub index: u32,
     pub label: &'static str,
     /// Exact squared distance, as a decimal.
@@ -73,6 +74,8 @@ pub struct Explanation {
     pub approved: bool,
     /// The response body the API sends.
     pub response: String,
+    /// The indexes that answered: the base, then its deltas.
+    pub index: Vec<Identity>,
 }
 
 /// A fixed-point number of units of 10^-`places` as an exact decimal.
@@ -83,8 +86,9 @@ fn decimal(units: i64, places: u32) -> String {
     format!("{sign}{whole}.{frac:0width$}", width = places as usize)
 }
 
-/// Explains one body; `Err` carries the API's 400 answer for a body it refuses.
-pub fn explain(scorer: &Scorer, body: &[u8]) -> Result<Explanation> {
+/// Explains one body; `Err` carries the API's 400 answer for a body it refuses. `index` names
+/// the indexes the scorer searches.
+pub fn explain(scorer: &Scorer, body: &[u8], index: &[Identity]) -> Result<Explanation> {
     let response = scorer.handle(
         &function::Request::new("POST", "/fraud-score", body),
         function::Readiness::Ready,
@@ -95,7 +99,10 @@ pub fn explain(scorer: &Scorer, body: &[u8]) -> Result<Explanation> {
     let q = payload::parse(body)
         .and_then(|p| vector::vectorize(&p))
         .context("the handler accepted a body its own parser refuses")?;
-    let neighbours: Vec<Neighbour> = scorer.searcher().nearest(&q);
+    let searcher = scorer
+        .searcher()
+        .context("explain needs the index in this process")?;
+    let neighbours: Vec<Neighbour> = searcher.nearest(&q);
     let decision = Decision::new(neighbours.iter().filter(|n| n.fraud).count());
     if decision.body() != response.body {
         bail!(
@@ -118,12 +125,28 @@ pub fn explain(scorer: &Scorer, body: &[u8]) -> Result<Explanation> {
         fraud_score: decision.fraud_score(),
         approved: decision.approved(),
         response: response.body.into_owned(),
+        index: index.to_vec(),
     })
 }
 
 /// The text form.
 pub fn render(e: &Explanation) -> String {
-    let mut out = String::from("vector (14 dimensions):\n");
+    let mut out = String::new();
+    for (i, id) in e.index.iter().enumerate() {
+        out += &format!(
+            "{} {} references (positions {}..{}, {}), references sha256 {}, format v{}, crc32 {}, {}\n",
+            if i == 0 { "index:" } else { "delta:" },
+            id.references,
+            id.first_position,
+            id.first_position + id.references,
+            id.part,
+            id.references_sha256,
+            id.format_version,
+            id.crc32,
+            id.packer
+        );
+    }
+    out += "vector (14 dimensions):\n";
     for (i, (name, v)) in DIMENSIONS.iter().zip(&e.vector).enumerate() {
         out += &format!("  {i:>2}  {name:<22} {v:>7}\n");
     }
@@ -187,7 +210,7 @@ pub fn check_with_oracle(e: &Explanation, body: &[u8], references: &Path) -> Res
 
 /// Runs the command. A body the API refuses ends the process with status 1 after printing the
 /// API's answer on stderr.
-pub fn run(scorer: &Scorer, args: &Args) -> Result<()> {
+pub fn run(scorer: &Scorer, index: &[Identity], args: &Args) -> Result<()> {
     let body = read_body(args.file.as_deref())?;
     let response = scorer.handle(
         &function::Request::new("POST", "/fraud-score", &body),
@@ -197,7 +220,7 @@ pub fn run(scorer: &Scorer, args: &Args) -> Result<()> {
         eprintln!("the API answers {} {}", response.status, response.body);
         std::process::exit(1);
     }
-    let e = explain(scorer, &body)?;
+    let e = explain(scorer, &body, index)?;
     if args.json {
         println!("{}", serde_json::to_string(&e)?);
     } else {

@@ -168,7 +168,11 @@ fn main() -> Result<()> {
             Ok(())
         }
         #[cfg(feature = "embedded-index")]
-        Command::Explain(args) => explain::run(&function::embedded_scorer()?, &args),
+        Command::Explain(args) => {
+            let mut index = vec![function::index::identity()?];
+            index.extend(function::index::deltas()?.iter().map(format::Identity::of));
+            explain::run(&function::embedded_scorer()?, &index, &args)
+        }
         #[cfg(feature = "embedded-index")]
         Command::Selftest { prefault } => {
             let t = Instant::now();

@@ -26,7 +26,9 @@ fn cases() -> Vec<Case> {
 #[test]
 fn recorded_vectors_and_neighbours_are_the_searchs() {
     let scorer = function::embedded_scorer().expect("the embedded index opens");
-    let searcher = scorer.searcher();
+    let searcher = scorer
+        .searcher()
+        .expect("the embedded index is searched in process");
     let cases = cases();
     assert!(cases.len() >= 50, "{} cases", cases.len());
     let mut failures = Vec::new();

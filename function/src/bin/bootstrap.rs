@@ -1,38 +1,55 @@
 //! `bootstrap`: the fraud scorer as an AWS Lambda function (custom runtime `provided.al2023`).
 //!
-//! `lambda_http` turns each event (API Gateway REST API v1, HTTP API v2, Function URL, ALB) into
-//! one `http::Request`; [`answer`] hands it to [`function::Scorer::handle`], the same handler the
-//! HTTP server uses, and [`respond`] turns the [`function::Response`] back into the event
-//! source's response format. Nothing here takes part in the decision, and a bad body is the
-//! handler's normal 400 answer, never a function error.
+//! Two roles, by `FRAUD_LAMBDA_ROLE`:
+//! - `http` (the default): `lambda_http` turns each event (API Gateway REST API v1, HTTP API
+//!   v2, Function URL, ALB) into one `http::Request`; [`answer`] hands it to
+//!   [`function::Scorer::handle`], the same handler the HTTP server uses, and [`respond`] turns
+//!   the [`function::Response`] back into the event source's response format. Nothing here takes
+//!   part in the decision, and a bad body is the handler's normal 400 answer, never a function
+//!   error.
+//! - `shard`: a shard of a set split across functions (`index-pack split`): each invocation is a
+//!   query vector from the front ([`function::shard::NearestRequest`]) and its answer the
+//!   shard's 5 nearest references with their positions in the whole set
+//!   ([`function::shard::NearestResponse`]).
 //!
-//! Start-up opens the index embedded in this binary in place (no copy). With `FRAUD_PREFAULT=1`
-//! (template.yaml's default, `PrefaultIndex`) the init reads and CRC-checks every page, so no
-//! invocation waits for the index to come from storage: from cold storage it adds less to the
-//! init than it saves over the first ten queries (docs/results/2026-11-30-lambda-cold-start.md;
-//! docs/LAMBDA.md, "Cold start"). Otherwise pages are mapped as queries touch them and the init
-//! reads only the footer.
+//! Start-up opens the index embedded in this binary in place (no copy), with the deltas that
+//! extend it (`function::index::deltas`). `FRAUD_PREFAULT` says whether the init reads and
+//! CRC-checks every page first, so that no invocation waits for the index to come from storage:
+//! `1`, `0`, or `auto` (the template's default: [`prefault_auto`], by the index's size and the
+//! function's memory). Otherwise pages are mapped as queries touch them and the init reads only
+//! the tables.
 //!
 //! Logs go through `tracing` (`lambda_http::tracing`): JSON lines when the function's
 //! `LoggingConfig` says `LogFormat: JSON` (Lambda then sets `AWS_LAMBDA_LOG_FORMAT`), level from
-//! `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`. At INFO: one line at init (kernels, codec, index
-//! checksums, init time), one WARN line per failed request but at most one a second, with the
+//! `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`. At INFO: one line at init (kernels, codec, the index's
+//! identity, init time), one WARN line per failed request but at most one a second, with the
 //! count of those left out ([`FailureLog`]: status, method, path, the field a 400 names; never
 //! the body), nothing per successful request; the runtime's own errors.
+//!
+//! Metrics ([`Metrics`]): what the `http` role decided, counted per execution environment and
+//! written to stdout as CloudWatch Embedded Metric Format documents every
+//! `FRAUD_METRICS_FLUSH_SECONDS` (at the end of the first invocation past that interval; `0`:
+//! after every invocation; `off`: never), and once more when Lambda ends the environment (a
+//! no-op internal extension makes it send SIGTERM first) or the runtime API goes away.
 //!
 //! Any panic aborts the process after logging it (and running the default hook, which prints the
 //! standard message): Lambda then reports the invocation as failed and starts a fresh execution
 //! environment, rather than reusing one in an unknown state.
 
-use function::Scorer;
-use index_pack::format::{self, Footer};
+use function::metrics::Counters;
+use function::shard::{self, NearestRequest};
+use function::{Outcome, Scorer};
+use index_pack::format::Identity;
 use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
-use lambda_http::{service_fn, tracing, Body, Error, Request, RequestExt, Response};
+use lambda_http::{
+    lambda_runtime, service_fn, tracing, Body, Error, LambdaEvent, Request, RequestExt, Response,
+};
 use std::convert::Infallible;
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Longest path or field name written to a log line, in characters (both come from the client).
 const MAX_LOGGED_CHARS: usize = 100;
@@ -53,12 +70,19 @@ fn answer(scorer: &Scorer<'_>, req: &Request) -> function::Response {
     )
 }
 
-/// Answers one request in the event source's format; logs it only if it failed.
-fn respond(scorer: &Scorer<'_>, failures: &FailureLog, req: &Request) -> Response<Body> {
+/// Answers one request in the event source's format; logs it only if it failed, and counts it.
+fn respond(
+    scorer: &Scorer<'_>,
+    failures: &FailureLog,
+    metrics: &Metrics,
+    req: &Request,
+) -> Response<Body> {
     let answer = answer(scorer, req);
+    let now = Instant::now();
     if answer.status >= 400 {
-        failures.note(Instant::now(), req, &answer);
+        failures.note(now, req, &answer);
     }
+    metrics.record(answer.outcome, now);
     let mut builder = Response::builder()
         .status(answer.status)
         .header(CONTENT_TYPE, answer.content_type);
@@ -118,6 +142,147 @@ fn clip(s: &str) -> &str {
         .map_or(s, |(cut, _)| &s[..cut])
 }
 
+/// What the `http` role decided, counted in this execution environment and written out as
+/// Embedded Metric Format lines ([`Counters::emf`]) on stdout, which Lambda sends to CloudWatch
+/// Logs and CloudWatch turns into metrics (namespace `FraudScore`).
+///
+/// One line per invocation would cost a ~1 KB write and its log ingestion per request (about
+/// $0.50 per million requests at $0.50 per GB, twice Lambda's own request fee): counted and
+/// written once per interval, a busy environment writes a few lines a minute whatever its
+/// traffic (docs/LAMBDA.md, "Operate", has the measured costs of both).
+struct Metrics {
+    /// `None`: metrics off; zero: a line set after every invocation.
+    every: Option<Duration>,
+    function: String,
+    index: Vec<Identity>,
+    /// The counts not written yet, and when they were last written.
+    state: Mutex<(Counters, Instant)>,
+}
+
+impl Metrics {
+    /// From `FRAUD_METRICS_FLUSH_SECONDS` (default 60; `off`).
+    fn from_env(index: Vec<Identity>) -> Result<Metrics, String> {
+        let every = match std::env::var("FRAUD_METRICS_FLUSH_SECONDS").as_deref() {
+            Err(_) | Ok("") => Some(Duration::from_secs(60)),
+            Ok("off") => None,
+            Ok(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
+                format!("FRAUD_METRICS_FLUSH_SECONDS must be a number of seconds or off, not {s:?}")
+            })?)),
+        };
+        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
+        let state = Mutex::new((Counters::default(), Instant::now()));
+        Ok(Metrics {
+            every,
+            function,
+            index,
+            state,
+        })
+    }
+
+    #[cfg(test)]
+    fn off() -> Metrics {
+        let state = Mutex::new((Counters::default(), Instant::now()));
+        Metrics {
+            every: None,
+            function: String::new(),
+            index: Vec::new(),
+            state,
+        }
+    }
+
+    /// Counts one answer; writes the counts when the interval is over.
+    fn record(&self, outcome: Outcome, now: Instant) {
+        let Some(every) = self.every else { return };
+        let due = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0.record(outcome);
+            if now.duration_since(s.1) < every {
+                return;
+            }
+            s.1 = now;
+            std::mem::take(&mut s.0)
+        };
+        self.write(&due);
+    }
+
+    /// Writes whatever is counted (at the end of the environment).
+    fn flush(&self) {
+        let counts = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut s.0)
+        };
+        self.write(&counts);
+    }
+
+    fn write(&self, counts: &Counters) {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let lines = counts.emf(&self.function, &self.index, ms);
+        let mut out = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+
+    /// Registers a no-op internal extension, so that Lambda sends SIGTERM before it ends the
+    /// execution environment, and flushes on that signal. Where the runtime has no Extensions
+    /// API, says so and goes on: only the last interval's counts are then lost.
+    async fn flush_on_shutdown(&'static self) {
+        if self.every.is_none() {
+            return;
+        }
+        let registered = lambda_extension::Extension::new()
+            .with_events(&[])
+            .with_extension_name("fraud-metrics-flush")
+            .register()
+            .await;
+        let extension = match registered {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "no extension registered: the metrics of the last interval are lost at shutdown");
+                return;
+            }
+        };
+        let Ok(mut sigterm) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = sigterm.recv() => {
+                    self.flush();
+                    std::process::exit(0);
+                }
+                _ = extension.run() => {}
+            }
+        });
+    }
+}
+
+/// Whether `FRAUD_PREFAULT=auto` reads the index during init: when it fits the function's
+/// memory with 64 MiB to spare (less memory than the index would evict its pages again) and is
+/// at most 1 GiB (read in order at ~1.1 ms per MB, about 1.2 s of the 10 s init, and of the
+/// first invocation's timeout under `sam local invoke`). Larger indexes are read lazily, as the
+/// queries touch them.
+fn prefault_auto(index_bytes: u64, memory_mb: u64) -> bool {
+    index_bytes + (64 << 20) <= memory_mb << 20 && index_bytes <= 1 << 30
+}
+
+/// `FRAUD_PREFAULT`: `1`, `0`, or `auto` (also when unset).
+fn prefault(setting: Option<&str>, index_bytes: u64, memory_mb: u64) -> Result<bool, String> {
+    match setting.unwrap_or("auto") {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        "auto" | "" => Ok(prefault_auto(index_bytes, memory_mb)),
+        other => Err(format!(
+            "FRAUD_PREFAULT must be 1, 0 or auto, not {other:?}"
+        )),
+    }
+}
+
 /// Logs the panic, runs the default hook (the standard message, a backtrace if asked), then
 /// aborts the whole process.
 fn install_abort_on_panic() {
@@ -134,13 +299,18 @@ fn main() -> ExitCode {
     tracing::init_default_subscriber();
     install_abort_on_panic();
     // A failed start or a failed runtime loop is logged like everything else (JSON on Lambda).
-    let invocations = AtomicU64::new(0);
-    match serve(started, &invocations) {
+    static INVOCATIONS: AtomicU64 = AtomicU64::new(0);
+    static METRICS: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
+    let (invocations, metrics) = (&INVOCATIONS, &METRICS);
+    match serve(started, invocations, metrics) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if invocations.load(Ordering::Relaxed) > 0 && runtime_api_gone(&*e) => {
             // Lambda never closes its runtime API under a live function; an emulator that ran
             // its events does (`sam local invoke` after one event). That is the end of the run,
-            // not a failure.
+            // not a failure, and of the environment: what was counted is written.
+            if let Some(m) = metrics.get() {
+                m.flush();
+            }
             tracing::info!(
                 invocations = invocations.load(Ordering::Relaxed),
                 error = %e,
@@ -183,38 +353,91 @@ fn runtime_api_gone(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The two roles (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Http,
+    Shard,
+}
+
 /// Opens the index, logs the init line, then answers invocations until the runtime stops.
-fn serve(started: Instant, invocations: &AtomicU64) -> Result<(), Error> {
+fn serve(
+    started: Instant,
+    invocations: &'static AtomicU64,
+    metrics_cell: &'static std::sync::OnceLock<Metrics>,
+) -> Result<(), Error> {
+    let role = match std::env::var("FRAUD_LAMBDA_ROLE").as_deref() {
+        Err(_) | Ok("") | Ok("http") => Role::Http,
+        Ok("shard") => Role::Shard,
+        Ok(other) => {
+            return Err(format!("FRAUD_LAMBDA_ROLE must be http or shard, not {other:?}").into())
+        }
+    };
     let scorer = function::embedded_scorer()?;
-    let prefault = std::env::var_os("FRAUD_PREFAULT").is_some_and(|v| v == "1");
+    let searcher = *scorer
+        .searcher()
+        .expect("the bootstrap searches its own index");
+    let artifact = function::index::artifact()?;
+    let memory_mb = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    let setting = std::env::var("FRAUD_PREFAULT").ok();
+    let prefault = prefault(setting.as_deref(), artifact.len() as u64, memory_mb)?;
     if prefault {
         function::index::prefault()?;
     }
-    let artifact = function::index::artifact()?;
-    // The footer is the artifact's last bytes: reading it touches one page, not the index.
-    let footer = Footer::read(artifact)?;
-    let header = &scorer.searcher().index().header;
+    let identity = function::index::identity()?;
+    let deltas = function::index::deltas()?;
     tracing::info!(
-        kernels = scorer.searcher().kernels_name(),
-        codec = header.codec.native().name(),
-        index_source_sha256 = %format::hex(&header.source_sha256),
-        artifact_crc32 = %format_args!("{:08x}", footer.crc32),
+        role = ?role,
+        kernels = searcher.kernels_name(),
+        codec = searcher.index().header.codec.native().name(),
+        index_references_sha256 = %identity.references_sha256,
+        index_references = identity.references,
+        index_part = %identity.part,
+        index_format_version = identity.format_version,
+        index_crc32 = %identity.crc32,
+        index_packer = %identity.packer,
         artifact_bytes = artifact.len(),
+        deltas = deltas.len(),
+        delta_references = deltas.iter().map(|d| d.index.header.n_refs.to_native() as u64).sum::<u64>(),
         prefault,
         init_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "index ready"
     );
-    let failures = &FailureLog::new(Duration::from_secs(1));
+    let mut index = vec![identity.clone()];
+    index.extend(deltas.iter().map(Identity::of));
+    let _ = metrics_cell.set(Metrics::from_env(index)?);
+    let metrics: &'static Metrics = metrics_cell.get().expect("set above");
+    let failures: &'static FailureLog =
+        Box::leak(Box::new(FailureLog::new(Duration::from_secs(1))));
+    let identity: &'static Identity = Box::leak(Box::new(identity));
     // One invocation at a time per execution environment: a single-threaded runtime suffices.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(lambda_http::run(service_fn(
-        move |req: Request| async move {
-            invocations.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, Infallible>(respond(&scorer, failures, &req))
-        },
-    )))
+    runtime.block_on(async move {
+        match role {
+            Role::Http => {
+                metrics.flush_on_shutdown().await;
+                lambda_http::run(service_fn(move |req: Request| async move {
+                    invocations.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, Infallible>(respond(&scorer, failures, metrics, &req))
+                }))
+                .await
+            }
+            Role::Shard => {
+                lambda_runtime::run(service_fn(
+                    move |event: LambdaEvent<NearestRequest>| async move {
+                        invocations.fetch_add(1, Ordering::Relaxed);
+                        Ok::<_, Infallible>(shard::answer(&searcher, identity, &event.payload))
+                    },
+                ))
+                .await
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -233,9 +456,29 @@ mod tests {
         FailureLog::new(Duration::ZERO)
     }
 
+    fn no_metrics() -> Metrics {
+        Metrics::off()
+    }
+
+    #[test]
+    fn auto_prefault_follows_the_index_and_the_memory() {
+        const MB: u64 = 1 << 20;
+        // The contest's 3M (92 MB) and a zip's largest (250 MB) at the template's 512 MB.
+        assert!(prefault_auto(92 * MB, 512));
+        assert!(prefault_auto(250 * MB, 512));
+        // 30M (908 MB): lazy at 512 MB, read whole with the memory for it.
+        assert!(!prefault_auto(908 * MB, 512));
+        assert!(prefault_auto(908 * MB, 1024));
+        // 100M (3,024 MB): lazy whatever the memory (its read would take most of the init).
+        assert!(!prefault_auto(3024 * MB, 10_240));
+        assert_eq!(prefault(Some("1"), 3024 * MB, 512), Ok(true));
+        assert_eq!(prefault(None, 92 * MB, 512), Ok(true));
+        assert!(prefault(Some("yes"), 1, 512).is_err());
+    }
+
     fn answer(name: &str) -> (u16, serde_json::Value) {
         let scorer = function::embedded_scorer().unwrap();
-        let res = respond(&scorer, &every_failure(), &event(name));
+        let res = respond(&scorer, &every_failure(), &no_metrics(), &event(name));
         assert_eq!(res.headers()[CONTENT_TYPE], "application/json", "{name}");
         let body = match res.body() {
             Body::Text(s) => s.clone(),
@@ -283,6 +526,7 @@ mod tests {
         let res = respond(
             &scorer,
             &every_failure(),
+            &no_metrics(),
             &event("apigw-v2/wrong-method.json"),
         );
         assert_eq!(res.status(), 405);
@@ -294,7 +538,7 @@ mod tests {
         let failures = every_failure();
         logged_with(|scorer| {
             for name in events {
-                respond(scorer, &failures, &event(name));
+                respond(scorer, &failures, &no_metrics(), &event(name));
             }
         })
     }

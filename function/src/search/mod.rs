@@ -57,8 +57,9 @@ pub use kernels::{Kernels, Prepared, Scalar};
 use crate::hint::prefetch;
 use index_pack::codec;
 use index_pack::format::{
-    clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef, F16Group, I16Group,
-    BLOCK_BIT, DIMS, GROUP_ROWS, KEYS, KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
+    check_composition, clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef,
+    F16Group, Footer, FormatError, I16Group, Opened, BLOCK_BIT, DIMS, GROUP_ROWS, KEYS, KEY_DIMS,
+    LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -68,13 +69,28 @@ use std::collections::BinaryHeap;
 pub const K: usize = 5;
 
 /// One of the nearest references.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Neighbour {
-    /// Index of the reference in the source file.
+    /// Position of the reference in the whole set (its index in the references file, deltas
+    /// following the base).
     pub index: u32,
     pub fraud: bool,
     /// Fixed-point squared distance (units of 1e-8).
     pub distance: i64,
+    /// The labeller's own f64 squared distance, which orders equal fixed-point distances (and
+    /// so lets a front merge shards' answers in the labeller's order).
+    pub labeller_distance: f64,
+}
+
+impl Neighbour {
+    /// The labeller's order: by distance, then position (the fixed-point distance orders
+    /// as the f64 one does wherever they differ, module docs item 1).
+    pub fn labeller_order(&self, other: &Neighbour) -> std::cmp::Ordering {
+        self.distance
+            .cmp(&other.distance)
+            .then(self.labeller_distance.total_cmp(&other.labeller_distance))
+            .then(self.index.cmp(&other.index))
+    }
 }
 
 /// Search switches. Every setting is exact; the defaults are the fastest, the others exist to
@@ -141,12 +157,35 @@ impl Stats {
     }
 }
 
-/// An exact k-NN searcher over an archived index.
+/// An exact k-NN searcher over an archived index (a whole set, or a shard of one) and the
+/// deltas that extend it.
 #[derive(Clone, Copy)]
 pub struct Searcher<'a> {
-    index: &'a ArchivedIndex,
+    parts: Parts<'a>,
     params: SearchParams,
     simd: Simd,
+}
+
+/// The indexes one search walks: a base and the deltas after it, checked to compose one
+/// reference set ([`Searcher::with_deltas`]). Part 0 is the base, part k the k-th delta.
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    base: &'a ArchivedIndex,
+    deltas: &'a [Opened<'a>],
+}
+
+impl<'a> Parts<'a> {
+    #[inline(always)]
+    fn get(&self, part: u8) -> &'a ArchivedIndex {
+        match part {
+            0 => self.base,
+            k => self.deltas[k as usize - 1].index,
+        }
+    }
+
+    fn len(&self) -> usize {
+        1 + self.deltas.len()
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -162,7 +201,10 @@ impl<'a> Searcher<'a> {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = Avx2::new() {
             return Searcher {
-                index,
+                parts: Parts {
+                    base: index,
+                    deltas: &[],
+                },
                 params,
                 simd: Simd::Avx2(k),
             };
@@ -173,10 +215,39 @@ impl<'a> Searcher<'a> {
     /// A searcher using the portable kernels (for tests and comparisons).
     pub fn scalar(index: &'a ArchivedIndex, params: SearchParams) -> Searcher<'a> {
         Searcher {
-            index,
+            parts: Parts {
+                base: index,
+                deltas: &[],
+            },
             params,
             simd: Simd::Scalar,
         }
+    }
+
+    /// This searcher over its index (the base, whose footer is `base_footer`) and `deltas`,
+    /// which must extend it in order (`format::check_composition`: the base they were packed
+    /// for, the positions that follow it). The search then walks all of them at once, with one
+    /// running top 5 (so parking stays exact across them), and the answers are those of the
+    /// labeller over the base's references followed by the deltas'.
+    pub fn with_deltas(
+        self,
+        base_footer: Footer,
+        deltas: &'a [Opened<'a>],
+    ) -> Result<Searcher<'a>, FormatError> {
+        let all: Vec<(&ArchivedIndex, Footer)> = std::iter::once((self.parts.base, base_footer))
+            .chain(deltas.iter().map(|d| (d.index, d.footer)))
+            .collect();
+        check_composition(&all)?;
+        if deltas.len() >= u8::MAX as usize {
+            return Err(FormatError::Composition("more than 254 deltas".into()));
+        }
+        Ok(Searcher {
+            parts: Parts {
+                base: self.parts.base,
+                deltas,
+            },
+            ..self
+        })
     }
 
     /// Which kernels are in use.
@@ -188,8 +259,14 @@ impl<'a> Searcher<'a> {
         }
     }
 
+    /// The base index (the only one without deltas).
     pub fn index(&self) -> &'a ArchivedIndex {
-        self.index
+        self.parts.base
+    }
+
+    /// The deltas searched with the base.
+    pub fn deltas(&self) -> &'a [Opened<'a>] {
+        self.parts.deltas
     }
 
     /// The 5 nearest references (fewer only if the index holds fewer), nearest first.
@@ -211,7 +288,7 @@ impl<'a> Searcher<'a> {
             if s.tied == 0 {
                 return (s.best.iter().filter(|b| b.1).count(), s.stats);
             }
-            s.finish(self.index, q);
+            s.finish(self.parts, q);
             let frauds = s
                 .cands
                 .iter()
@@ -226,30 +303,23 @@ impl<'a> Searcher<'a> {
     pub fn nearest_with_stats(&self, q: &[i16; DIMS]) -> (Vec<Neighbour>, Stats) {
         let q = &clamp_query(q);
         self.with_search(q, false, |s| {
-            s.finish(self.index, q);
-            let mut top: Vec<Cand> = s.cands.iter().take(K).copied().collect();
+            s.finish(self.parts, q);
             // Equal fixed-point distances inside the 5 (a tie across 5th place is already in
             // the labeller's order): the labeller lists them by f64 distance, then file order.
             // Which 5 they are, and so the vote, does not depend on it: `frauds` skips this.
-            let mut i = 0;
-            while i < top.len() {
-                let run = top[i..]
-                    .iter()
-                    .take_while(|c| c.dist == top[i].dist)
-                    .count();
-                if run > 1 {
-                    top[i..i + run].sort_by(|a, b| {
-                        let key = |c: &Cand| {
-                            let d = labeller_distance(q, &stored_vector(self.index, c.slot));
-                            (d, self.decode(c).index)
-                        };
-                        let (ka, kb) = (key(a), key(b));
-                        ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1))
-                    });
-                }
-                i += run;
-            }
-            (top.iter().map(|c| self.decode(c)).collect(), s.stats)
+            let mut top: Vec<Neighbour> = s
+                .cands
+                .iter()
+                .take(K)
+                .map(|c| {
+                    let mut n = self.decode(c);
+                    n.labeller_distance =
+                        labeller_distance(q, &stored_vector(self.parts.get(c.part), c.slot));
+                    n
+                })
+                .collect();
+            top.sort_by(Neighbour::labeller_order);
+            (top, s.stats)
         })
     }
 
@@ -263,21 +333,22 @@ impl<'a> Searcher<'a> {
                 prefetch: self.params.prefetch,
             };
             match self.simd {
-                Simd::Scalar => search::<Scalar>(Scalar, self.index, walk, q, &mut s),
+                Simd::Scalar => search::<Scalar>(Scalar, self.parts, walk, q, &mut s),
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `k` exists only if the CPU has AVX2, FMA and F16C.
-                Simd::Avx2(k) => unsafe { search_avx2(k, self.index, walk, q, &mut s) },
+                Simd::Avx2(k) => unsafe { search_avx2(k, self.parts, walk, q, &mut s) },
             }
             f(&mut s)
         })
     }
 
     fn decode(&self, c: &Cand) -> Neighbour {
-        let id = self.index.ids[c.slot as usize].to_native();
+        let id = self.parts.get(c.part).ids[c.slot as usize].to_native();
         Neighbour {
             index: id >> 1,
             fraud: id & 1 == 1,
             distance: c.dist as i64,
+            labeller_distance: f64::NAN,
         }
     }
 }
@@ -293,34 +364,30 @@ struct Walk {
 /// The search compiled with AVX2 enabled, so the kernels inline into its loops.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn search_avx2(
-    k: Avx2,
-    index: &ArchivedIndex,
-    walk: Walk,
-    q: &[i16; DIMS],
-    s: &mut Scratch,
-) {
-    search::<Avx2>(k, index, walk, q, s)
+unsafe fn search_avx2(k: Avx2, parts: Parts<'_>, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
+    search::<Avx2>(k, parts, walk, q, s)
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// A reference kept as a candidate: its distance and slot.
+/// A reference kept as a candidate: its distance, slot and part.
 #[derive(Clone, Copy, Debug)]
 struct Cand {
     dist: i32,
     slot: u32,
+    part: u8,
 }
 
 /// A subtree waiting in the heap or parked: its box's lower bound (key constant included), the
-/// subtree, and its partition.
+/// subtree, its part (base or delta) and partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
     lower: i32,
     child: ChildRef,
     partition: u16,
+    part: u8,
     fraud: bool,
 }
 
@@ -410,7 +477,7 @@ impl Scratch {
     }
 
     #[inline]
-    fn offer(&mut self, dist: i32, slot: u32, fraud: bool) {
+    fn offer(&mut self, dist: i32, slot: u32, part: u8, fraud: bool) {
         self.offered += 1;
         let t = self.threshold();
         if dist < t {
@@ -432,7 +499,7 @@ impl Scratch {
             self.tied |= label_bit(fraud);
         }
         self.update_limits();
-        self.cands.push(Cand { dist, slot });
+        self.cands.push(Cand { dist, slot, part });
         if self.cands.len() >= 64 {
             let t = self.threshold();
             self.cands.retain(|c| c.dist <= t);
@@ -440,10 +507,10 @@ impl Scratch {
     }
 
     /// Orders the candidates as the labeller would; the first K are the answer.
-    fn finish(&mut self, index: &ArchivedIndex, q: &[i16; DIMS]) {
+    fn finish(&mut self, parts: Parts<'_>, q: &[i16; DIMS]) {
         let t = self.threshold();
         self.cands.retain(|c| c.dist <= t);
-        let orig = |c: &Cand| index.ids[c.slot as usize].to_native() >> 1;
+        let orig = |c: &Cand| parts.get(c.part).ids[c.slot as usize].to_native() >> 1;
         self.cands.sort_unstable_by_key(|c| (c.dist, orig(c)));
         if self.cands.len() > K && self.cands[K - 1].dist == self.cands[K].dist {
             // A tie crosses 5th place: order the tied ones by the labeller's f64 distance.
@@ -454,7 +521,7 @@ impl Scratch {
                 .iter()
                 .map(|c| {
                     (
-                        labeller_distance(q, &stored_vector(index, c.slot)),
+                        labeller_distance(q, &stored_vector(parts.get(c.part), c.slot)),
                         orig(c),
                         *c,
                     )
@@ -593,27 +660,27 @@ fn key_constants(q: &[i16; DIMS]) -> [i32; KEYS] {
     out
 }
 
-/// What every step of one search reads: the kernels, the index, how the walk goes, the query
+/// What every step of one search reads: the kernels, the indexes, how the walk goes, the query
 /// (prepared for the kernels) and the key constants of its partitions.
 #[derive(Clone, Copy)]
 struct Ctx<'a, S> {
     k: S,
-    index: &'a ArchivedIndex,
+    parts: Parts<'a>,
     walk: Walk,
     prep: &'a Prepared,
     keyc: &'a [i32; KEYS],
 }
 
 impl<S> Ctx<'_, S> {
-    /// The key constant of a partition.
+    /// The key constant of a partition of an index.
     #[inline(always)]
-    fn key_constant(&self, partition: u16) -> i32 {
-        self.keyc[self.index.partitions[partition as usize].key.to_native() as usize]
+    fn key_constant(&self, index: &ArchivedIndex, partition: u16) -> i32 {
+        self.keyc[index.partitions[partition as usize].key.to_native() as usize]
     }
 }
 
 #[inline(always)]
-fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
+fn search<S: Kernels>(k: S, parts: Parts<'_>, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
     s.reset(walk.park);
     let mut lanes = [0i16; LANES];
     for (l, &d) in ROW_DIMS.iter().enumerate() {
@@ -623,23 +690,28 @@ fn search<S: Kernels>(k: S, index: &ArchivedIndex, walk: Walk, q: &[i16; DIMS], 
     let keyc = key_constants(q);
     let cx = Ctx {
         k,
-        index,
+        parts,
         walk,
         prep: &prep,
         keyc: &keyc,
     };
 
-    for (i, p) in index.partitions.iter().enumerate() {
-        s.stats.boxes_tested += 1;
-        let lower = keyc[p.key.to_native() as usize] + k.box_lower_bound(bounds(&p.bounds), &prep);
-        let pending = Pending {
-            lower,
-            child: p.root.to_native(),
-            partition: i as u16,
-            fraud: p.fraud,
-        };
-        if s.file(pending) && walk.prefetch {
-            prefetch_child(index, pending.child);
+    for part in 0..parts.len() {
+        let index = parts.get(part as u8);
+        for (i, p) in index.partitions.iter().enumerate() {
+            s.stats.boxes_tested += 1;
+            let lower =
+                keyc[p.key.to_native() as usize] + k.box_lower_bound(bounds(&p.bounds), &prep);
+            let pending = Pending {
+                lower,
+                child: p.root.to_native(),
+                partition: i as u16,
+                part: part as u8,
+                fraud: p.fraud,
+            };
+            if s.file(pending) && walk.prefetch {
+                prefetch_child(index, pending.child);
+            }
         }
     }
     while let Some(p) = s.pop() {
@@ -663,8 +735,8 @@ const MAX_DIVE: usize = 24;
 /// left: siblings are filed once the threshold is tight, so most are pruned without a heap entry.
 #[inline(always)]
 fn dive<S: Kernels>(cx: Ctx<'_, S>, p: Pending, s: &mut Scratch) {
-    let (k, index) = (cx.k, cx.index);
-    let kc = cx.key_constant(p.partition);
+    let (k, index) = (cx.k, cx.parts.get(p.part));
+    let kc = cx.key_constant(index, p.partition);
     // The path lives in the scratch: a fresh array would be zeroed on every dive.
     let mut path = std::mem::take(&mut s.path);
     path.clear();
@@ -707,7 +779,15 @@ fn dive<S: Kernels>(cx: Ctx<'_, S>, p: Pending, s: &mut Scratch) {
     }
     if cur & BLOCK_BIT != 0 {
         let offered = s.offered;
-        scan_block(cx, (cur & !BLOCK_BIT) as usize, kc, p.fraud, s);
+        scan_block(
+            cx,
+            index,
+            p.part,
+            (cur & !BLOCK_BIT) as usize,
+            kc,
+            p.fraud,
+            s,
+        );
         if cx.walk.replay && s.offered != offered && !s.parked.is_empty() {
             s.replay();
         }
@@ -753,10 +833,19 @@ fn prefetch_child(index: &ArchivedIndex, child: ChildRef) {
     }
 }
 
-/// Scans the rows of a block whose box passed; `c` is its partition's key constant.
+/// Scans the rows of a block of `index` (part `part`) whose box passed; `c` is its partition's
+/// key constant.
 #[inline(always)]
-fn scan_block<S: Kernels>(cx: Ctx<'_, S>, b: usize, c: i32, fraud: bool, s: &mut Scratch) {
-    let (k, index, prep) = (cx.k, cx.index, cx.prep);
+fn scan_block<S: Kernels>(
+    cx: Ctx<'_, S>,
+    index: &ArchivedIndex,
+    part: u8,
+    b: usize,
+    c: i32,
+    fraud: bool,
+    s: &mut Scratch,
+) {
+    let (k, prep) = (cx.k, cx.prep);
     s.stats.blocks_scanned += 1;
     let block = &index.blocks[b];
     let start = block.first_slot.to_native() as usize;
@@ -781,7 +870,7 @@ fn scan_block<S: Kernels>(cx: Ctx<'_, S>, b: usize, c: i32, fraud: bool, s: &mut
                 if !s.park {
                     prefetch(&index.ids[slot..slot + 1]);
                 }
-                s.offer(d[r], slot as u32, fraud);
+                s.offer(d[r], slot as u32, part, fraud);
             }
         }
     }

@@ -49,9 +49,7 @@ pub(crate) fn small_index(
     let params = LayoutParams {
         codec,
         block_rows,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     format::aligned_copy(&format::to_artifact(&layout::build_sampled(
         refs, cells, &params,
@@ -330,9 +328,7 @@ fn placed(groups: &[&[Placed]]) -> (References, AlignedVec<32>) {
     let params = LayoutParams {
         codec: CodecKind::I16,
         block_rows: 8,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     let index = layout::build(&refs, &centroids, &assignment, &params);
     (refs, format::aligned_copy(&format::to_artifact(&index)))
@@ -675,9 +671,7 @@ fn a_damaged_index_that_only_open_accepted_searches_within_bounds() {
     let params = LayoutParams {
         codec: CodecKind::I16,
         block_rows: 16,
-        kmeans_iters: 0,
-        kmeans_seed: 0,
-        split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
+        ..LayoutParams::default()
     };
     let mut index = layout::build_sampled(&refs, 9, &params);
     let mut rng = Lcg(5);
@@ -709,5 +703,63 @@ fn a_damaged_index_that_only_open_accepted_searches_within_bounds() {
             }
             assert!(s.frauds(&q) <= K);
         }
+    }
+}
+
+/// A base and deltas after it, searched as one set: every answer is the labeller's over the
+/// base's references followed by the deltas' (ties across parts broken by position, with and
+/// without parking), on fine and coarse grids.
+#[test]
+fn a_base_and_its_deltas_answer_as_one_set() {
+    for (seed, coarse) in [(21, false), (22, true)] {
+        let all = random_refs(3_000, seed, coarse);
+        let cut = |r: std::ops::Range<usize>| References {
+            vectors: all.vectors[r.clone()].to_vec(),
+            fraud: all.fraud[r].to_vec(),
+            source_sha256: [seed as u8; 32],
+        };
+        let base_bytes = small_index(&cut(0..2_400), 20, CodecKind::I16, 16);
+        let base = format::open_with_footer(&base_bytes).unwrap();
+        let mut artifacts = Vec::new();
+        let mut first = base.end_position();
+        for range in [2_400..2_900, 2_900..3_000] {
+            let params = LayoutParams {
+                block_rows: 16,
+                first_position: first,
+                part: format::Part::Delta {
+                    base: base.base_ref(),
+                },
+                ..LayoutParams::default()
+            };
+            first += range.len() as u32;
+            let index = layout::build_sampled(&cut(range), 6, &params);
+            artifacts.push(format::aligned_copy(&format::to_artifact(&index)));
+        }
+        let deltas: Vec<Opened> = artifacts
+            .iter()
+            .map(|a| format::open_with_footer(a).unwrap())
+            .collect();
+        let oracle = Oracle::new(&all);
+        let mut rng = Lcg(seed);
+        for s in searchers(base.index) {
+            let s = s.with_deltas(base.footer, &deltas).unwrap();
+            for _ in 0..150 {
+                let q = random_vector(&mut rng, coarse);
+                check_query(&s, &all, &oracle, &q);
+            }
+        }
+        // The deltas alone, out of order, or after another base do not compose.
+        let s = Searcher::new(base.index, SearchParams::default());
+        let swapped = [deltas[1], deltas[0]];
+        let e = s.with_deltas(base.footer, &swapped).err().unwrap();
+        assert!(e.to_string().contains("starts at position 2900"), "{e}");
+        let other_footer = Footer {
+            crc32: base.footer.crc32 ^ 1,
+            ..base.footer
+        };
+        let e = s.with_deltas(other_footer, &deltas).err().unwrap();
+        assert!(e.to_string().contains("extends another base"), "{e}");
+        let d = Searcher::new(deltas[0].index, SearchParams::default());
+        assert!(d.with_deltas(deltas[0].footer, &[]).is_err());
     }
 }

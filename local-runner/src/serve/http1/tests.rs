@@ -31,6 +31,7 @@ fn echo(req: &Request<'_>) -> Response {
             req.target,
             String::from_utf8_lossy(req.body)
         )),
+        outcome: function::Outcome::Ready,
     }
 }
 
