@@ -247,11 +247,19 @@ pub struct MetricDefinition {
     pub unit: String,
 }
 
+/// One metric value a document holds, with its dimensions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmfValue {
+    pub name: String,
+    pub dimensions: BTreeMap<String, String>,
+    pub value: f64,
+}
+
 impl EmfDocument {
     /// Checks the document as CloudWatch would before taking its metrics: every dimension and
     /// metric a directive names is a member, dimension values are strings, metric values
     /// numbers, at most 30 dimensions in a set. Returns each metric's value with its dimensions.
-    pub fn metrics(&self) -> Result<Vec<(String, BTreeMap<String, String>, f64)>, String> {
+    pub fn metrics(&self) -> Result<Vec<EmfValue>, String> {
         let mut out = Vec::new();
         for d in &self.aws.cloud_watch_metrics {
             for set in &d.dimensions {
@@ -267,7 +275,11 @@ impl EmfDocument {
                 for m in &d.metrics {
                     let v = self.members.get(&m.name).and_then(|v| v.as_f64());
                     let v = v.ok_or_else(|| format!("metric {} is not a number member", m.name))?;
-                    out.push((m.name.clone(), dims.clone(), v));
+                    out.push(EmfValue {
+                        name: m.name.clone(),
+                        dimensions: dims.clone(),
+                        value: v,
+                    });
                 }
             }
         }
@@ -342,12 +354,13 @@ mod tests {
         for line in &lines {
             let doc: EmfDocument = serde_json::from_str(line).unwrap();
             assert_eq!(doc.aws.cloud_watch_metrics[0].namespace, NAMESPACE);
-            for (name, dims, v) in doc.metrics().unwrap() {
-                let key = dims
+            for m in doc.metrics().unwrap() {
+                let key: Vec<String> = m
+                    .dimensions
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>();
-                *sums.entry((name, key.join(","))).or_default() += v;
+                    .collect();
+                *sums.entry((m.name, key.join(","))).or_default() += m.value;
             }
         }
         let get = |name: &str, dims: &str| sums.get(&(name.into(), dims.into())).copied();

@@ -527,7 +527,11 @@ fn pipelined_requests_are_answered_in_order() {
             assert_eq!(resp.body, b, "answer {i}");
         }
         if i % 6 == 5 {
-            assert!(resp.body.starts_with(r#"{"ready":true,"index":{"#), "{}", resp.body);
+            assert!(
+                resp.body.starts_with(r#"{"ready":true,"index":{"#),
+                "{}",
+                resp.body
+            );
         }
     }
     // A request arriving in many small writes still parses.
