@@ -94,6 +94,27 @@ pub fn frauds(merged: &[ShardNeighbour]) -> usize {
     merged.iter().filter(|n| n.fraud).count()
 }
 
+/// Shards searched in this process and merged as a front merges them (`verify`, and the model
+/// the remote front is held to).
+pub struct InProcess<'a>(pub Vec<Searcher<'a>>);
+
+impl InProcess<'_> {
+    /// The merged first 5.
+    pub fn nearest(&self, q: &[i16; DIMS]) -> Vec<ShardNeighbour> {
+        merge(
+            self.0
+                .iter()
+                .flat_map(|s| s.nearest(q).into_iter().map(ShardNeighbour::from)),
+        )
+    }
+}
+
+impl crate::handler::Remote for InProcess<'_> {
+    fn frauds(&self, q: &[i16; DIMS]) -> Result<usize, crate::handler::Unavailable> {
+        Ok(frauds(&self.nearest(q)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,9 +40,17 @@ enum Command {
     Verify {
         file: PathBuf,
         /// Use this artifact instead of the embedded index (e.g. an fp16 one from index-pack).
-        /// Required when built without the `embedded-index` feature.
-        #[arg(long)]
+        /// Required when built without the `embedded-index` feature (or give `--shard`).
+        #[arg(long, conflicts_with = "shard")]
         index: Option<PathBuf>,
+        /// A delta searched with the index (repeatable; in any order: they are ordered by
+        /// position and must extend the index).
+        #[arg(long, conflicts_with = "shard")]
+        delta: Vec<PathBuf>,
+        /// The shards of a split set (repeatable), searched each on its own and merged as a
+        /// front merges them, instead of one index.
+        #[arg(long)]
+        shard: Vec<PathBuf>,
         /// Print at most this many mismatching entries.
         #[arg(long, default_value_t = 10)]
         show: usize,
@@ -70,6 +78,18 @@ enum Command {
     /// Serve the handler over HTTP/1.1 (one single-threaded event loop) until SIGTERM.
     #[cfg(feature = "embedded-index")]
     Serve(serve::instance::ServeArgs),
+}
+
+/// An artifact file read whole into memory aligned for the archive and checked in full
+/// (`format::verify_deep`).
+fn read_artifact(path: &std::path::Path) -> Result<rkyv::util::AlignedVec<32>> {
+    let mut bytes = format::aligned_copy(&[]);
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    std::io::copy(&mut file, &mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    format::verify_deep(&bytes).with_context(|| format!("{}", path.display()))?;
+    Ok(bytes)
 }
 
 /// Logs the panic through tracing (and stderr), then aborts the whole process.
@@ -109,47 +129,67 @@ fn main() -> Result<()> {
         Command::Verify {
             file,
             index,
+            delta,
+            shard,
             show,
             #[cfg(feature = "embedded-index")]
             residency,
             neighbours,
             oracle,
         } => {
-            let owned;
-            let idx = match &index {
-                Some(path) => {
-                    let bytes = std::fs::read(path)
-                        .with_context(|| format!("cannot read {}", path.display()))?;
-                    owned = format::aligned_copy(&bytes);
-                    format::verify_deep(&owned)?;
-                    format::open(&owned)?
-                }
-                #[cfg(feature = "embedded-index")]
-                None => function::index::load(residency)?,
-                #[cfg(not(feature = "embedded-index"))]
-                None => anyhow::bail!("built without the embedded index: pass --index FILE"),
+            let shards = shard
+                .iter()
+                .map(|p| read_artifact(p))
+                .collect::<Result<Vec<_>>>()?;
+            let deltas = delta
+                .iter()
+                .map(|p| read_artifact(p))
+                .collect::<Result<Vec<_>>>()?;
+            let base_bytes = index.as_deref().map(read_artifact).transpose()?;
+            let mut opened_deltas = deltas
+                .iter()
+                .map(|b| format::open_with_footer(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            opened_deltas.sort_by_key(|o| o.index.header.first_position.to_native());
+            let target = if !shards.is_empty() {
+                let searchers = shards
+                    .iter()
+                    .map(|b| Ok(Searcher::new(format::open(b)?, SearchParams::default())))
+                    .collect::<Result<Vec<_>>>()?;
+                neighbours::Target::Shards(function::shard::InProcess(searchers))
+            } else {
+                let (idx, footer) = match &base_bytes {
+                    Some(bytes) => {
+                        let o = format::open_with_footer(bytes)?;
+                        (o.index, o.footer)
+                    }
+                    #[cfg(feature = "embedded-index")]
+                    None => (
+                        function::index::load(residency)?,
+                        function::index::footer()?,
+                    ),
+                    #[cfg(not(feature = "embedded-index"))]
+                    None => anyhow::bail!(
+                        "built without the embedded index: pass --index FILE or --shard FILE"
+                    ),
+                };
+                let searcher = Searcher::new(idx, SearchParams::default())
+                    .with_deltas(footer, &opened_deltas)?;
+                neighbours::Target::Searcher(searcher)
             };
-            let searcher = Searcher::new(idx, SearchParams::default());
-            eprintln!(
-                "index: {} codec, {} references, {} lists, {} kernels",
-                idx.header.codec.native().name(),
-                idx.header.n_refs,
-                idx.lists.len(),
-                searcher.kernels_name()
-            );
+            eprintln!("{}", target.describe());
             if neighbours {
-                let report = neighbours::run(&searcher, &file, &oracle, show)?;
+                let report = neighbours::run(&target, &file, &oracle, show)?;
                 neighbours::print(&report);
                 println!("{}", serde_json::to_string(&report)?);
                 return Ok(());
             }
-            let scorer = Scorer::new(searcher);
-            let report = verify::run(
-                &scorer,
-                &file,
-                &format::hex(&idx.header.source_sha256),
-                show,
-            )?;
+            let scorer = match &target {
+                neighbours::Target::Searcher(s) => Scorer::new(*s),
+                neighbours::Target::Shards(shards) => Scorer::remote(shards),
+            };
+            let source_sha256 = target.sources().first().cloned().unwrap_or_default();
+            let report = verify::run(&scorer, &file, &source_sha256, show)?;
             eprintln!(
                 "total {}  TP {}  TN {}  FP {}  FN {}  errors {}  score mismatches {}",
                 report.total,

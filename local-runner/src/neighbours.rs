@@ -11,14 +11,18 @@
 //!   ties, the closest pairs), compared at the vector level.
 //!
 //! For a body, the scorer's vector (`function::vector`) must equal the labeller's, component by
-//! component in units of 1e-4, or both must refuse the body. For every query, the 5 indices of
+//! component in units of 1e-4, or both must refuse the body. For every query, the 5 positions of
 //! [`Searcher::nearest`] must be the labeller's 5, in its order, and the fraud count of
-//! [`Searcher::frauds`] (the request path) the labeller's. The last line on stderr gives the
-//! number of queries compared, the differences and the wall time; stdout ends with the same as
-//! JSON ([`Report`]).
+//! [`Searcher::frauds`] (the request path) the labeller's. The searcher may be a base with its
+//! deltas (the labeller then reads the base's references file and the deltas' after it, each
+//! checked against the digest its index records), or the shards of a split set merged as a
+//! front merges them ([`Target::Shards`]). The last line on stderr gives the number of queries
+//! compared, the differences and the wall time; stdout ends with the same as JSON ([`Report`]).
 
 use anyhow::{bail, Context, Result};
+use function::shard::InProcess;
 use function::{payload, vector, Searcher};
+use index_pack::format::{hex, ArchivedPart};
 use labeller::adversarial::{self, Kind};
 use labeller::{scan, Query};
 use serde::Serialize;
@@ -26,17 +30,83 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// What is held to the labeller: a searcher (a base and its deltas), or shards merged.
+pub enum Target<'a> {
+    Searcher(Searcher<'a>),
+    Shards(InProcess<'a>),
+}
+
+impl Target<'_> {
+    /// The 5 nearest positions.
+    fn nearest(&self, q: &[i16; 14]) -> Vec<u32> {
+        match self {
+            Target::Searcher(s) => s.nearest(q).iter().map(|n| n.index).collect(),
+            Target::Shards(s) => s.nearest(q).iter().map(|n| n.position).collect(),
+        }
+    }
+
+    /// The fraud count of the request path.
+    fn frauds(&self, q: &[i16; 14]) -> usize {
+        match self {
+            Target::Searcher(s) => s.frauds(q),
+            Target::Shards(s) => function::shard::frauds(&s.nearest(q)),
+        }
+    }
+
+    /// The digests of the references files the labeller must read, in order.
+    pub fn sources(&self) -> Vec<String> {
+        match self {
+            Target::Searcher(s) => std::iter::once(s.index())
+                .chain(s.deltas().iter().map(|d| d.index))
+                .map(|i| hex(&i.header.source_sha256))
+                .collect(),
+            Target::Shards(s) => {
+                let mut sets: Vec<String> =
+                    s.0.iter()
+                        .map(|s| match &s.index().header.part {
+                            ArchivedPart::Shard { set_sha256, .. } => hex(set_sha256),
+                            _ => hex(&s.index().header.source_sha256),
+                        })
+                        .collect();
+                sets.dedup();
+                sets
+            }
+        }
+    }
+
+    /// One line naming what is searched.
+    pub fn describe(&self) -> String {
+        let one = |s: &Searcher| {
+            let h = &s.index().header;
+            format!(
+                "{} codec, {} references from position {}, {} kernels",
+                h.codec.native().name(),
+                h.n_refs,
+                h.first_position,
+                s.kernels_name()
+            )
+        };
+        match self {
+            Target::Searcher(s) => format!("index: {}; {} deltas", one(s), s.deltas().len()),
+            Target::Shards(s) => {
+                let shards: Vec<String> = s.0.iter().map(one).collect();
+                format!("{} shards: {}", s.0.len(), shards.join("; "))
+            }
+        }
+    }
+}
+
 /// The options of `verify --neighbours`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The contest's references, read by the labeller (their SHA-256 is checked and must be
-    /// the one the index was built from).
+    /// The references, read by the labeller (their SHA-256 is checked and must be the one the
+    /// index was built from); repeated for a base and its deltas, in order.
     #[arg(
         long,
         requires = "neighbours",
         default_value = "resources/references.json.gz"
     )]
-    pub references: PathBuf,
+    pub references: Vec<PathBuf>,
     /// Compare only this many entries of the file, evenly spread (default: all).
     #[arg(long, requires = "neighbours")]
     pub sample: Option<usize>,
@@ -151,7 +221,7 @@ fn compare_body(
 }
 
 /// Runs the comparison; `file` is a test file, `show` the most differences printed.
-pub fn run(searcher: &Searcher, file: &Path, args: &Args, show: usize) -> Result<Report> {
+pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<Report> {
     let start = Instant::now();
     let mut report = Report::default();
     let mut shown = Shown { left: show };
@@ -182,16 +252,28 @@ pub fn run(searcher: &Searcher, file: &Path, args: &Args, show: usize) -> Result
     }
     report.generated = args.generated as u64;
 
-    eprintln!("reading {} (labeller)", args.references.display());
-    let refs = labeller::references::read(&args.references, false)
-        .with_context(|| "the labeller needs the references the index was built from")?;
-    let index_sha = index_pack::format::hex(&searcher.index().header.source_sha256);
-    if refs.sha256 != index_sha {
+    let sources = searcher.sources();
+    if sources.len() != args.references.len() {
         bail!(
-            "{} has SHA-256 {}, the index was built from {index_sha}: their neighbours cannot be compared",
-            args.references.display(),
-            refs.sha256
+            "{} references files for {} indexes (a base and its deltas take one each, in order; shards one in all)",
+            args.references.len(),
+            sources.len()
         );
+    }
+    let mut refs = labeller::References::default();
+    for (path, want) in args.references.iter().zip(&sources) {
+        eprintln!("reading {} (labeller)", path.display());
+        let part = labeller::references::read(path, false)
+            .with_context(|| "the labeller needs the references the index was built from")?;
+        if &part.sha256 != want {
+            bail!(
+                "{} has SHA-256 {}, the index was built from {want}: their neighbours cannot be compared",
+                path.display(),
+                part.sha256
+            );
+        }
+        refs.rows.extend(part.rows);
+        refs.fraud.extend(part.fraud);
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if args.adversarial > 0 {
@@ -230,11 +312,7 @@ pub fn run(searcher: &Searcher, file: &Path, args: &Args, show: usize) -> Result
     for (case, hits) in cases.iter().zip(&oracle) {
         report.compared += 1;
         let want: Vec<u32> = hits.iter().take(scan::K).map(|h| h.index).collect();
-        let got: Vec<u32> = searcher
-            .nearest(&case.fixed)
-            .iter()
-            .map(|n| n.index)
-            .collect();
+        let got: Vec<u32> = searcher.nearest(&case.fixed);
         if got != want {
             report.neighbour_differences += 1;
             shown.line(format_args!(
