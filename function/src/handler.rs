@@ -92,6 +92,8 @@ pub enum Outcome {
     Decided(Decision),
     /// `/ready` (whether ready or warming up).
     Ready,
+    /// A transport's own metrics route (`local-runner serve`'s `/metrics`): not counted.
+    Metrics,
     /// Refused, and why.
     Rejected(Reason),
 }
@@ -268,6 +270,11 @@ impl Response {
     pub fn constant() -> Response {
         let d = Decision::new(0);
         Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d))
+    }
+
+    /// 200 for a transport's metrics route: the caller sets the body and its content type.
+    pub fn metrics() -> Response {
+        Response::json(200, Cow::Borrowed(""), Outcome::Metrics)
     }
 
     /// 502 (the shard failed) or 504 (it did not answer in time): `what` names the shard.

@@ -38,6 +38,7 @@ impl Counters {
         match outcome {
             Outcome::Decided(d) => self.decisions[d.frauds] += 1,
             Outcome::Ready => self.ready += 1,
+            Outcome::Metrics => {}
             Outcome::Rejected(r) => self.rejected[r.index()] += 1,
         }
     }

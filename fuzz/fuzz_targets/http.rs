@@ -39,6 +39,7 @@ fuzz_target!(|data: &[u8]| {
     let mut app = Scoring {
         scorer: scorer(),
         ready,
+        metrics: None,
     };
     let t0 = Instant::now();
     let mut conn = Conn::new(t0);

@@ -87,3 +87,107 @@ fn spinning_loop_answers_and_stops() {
     drop(s);
     assert!(sigterm_and_wait(&mut server).success());
 }
+
+/// The counters at `GET /metrics`, read by a Prometheus text parser, by metric and labels.
+fn scrape(server: &Server) -> Vec<prometheus_parse::Sample> {
+    let resp = server.one(request("GET", "/metrics", "").as_bytes());
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert_eq!(
+        resp.header("content-type"),
+        Some("text/plain; version=0.0.4")
+    );
+    let lines = resp.body.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines)
+        .expect("Prometheus text")
+        .samples
+}
+
+fn counter(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{name} is not a counter: {other:?}"),
+        })
+        .collect();
+    matching.iter().sum()
+}
+
+/// `GET /metrics` counts every answer the server gave, the handler's and the transport's
+/// refusals, under names a Prometheus text parser reads, with the index served as labels; with
+/// `--metrics off` there is no such route.
+#[test]
+fn metrics_count_what_was_answered() {
+    let server = start_ready("metrics", &[]);
+    let before = scrape(&server);
+    let mut s = server.connect();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for (body, n) in [(LEGIT, 3), (FRAUD, 2)] {
+        for _ in 0..n {
+            s.write_all(request("POST", "/fraud-score", body).as_bytes())
+                .unwrap();
+            read_response(&mut r);
+        }
+    }
+    for (method, path, body) in [("POST", "/fraud-score", "{"), ("GET", "/nope", "")] {
+        s.write_all(request(method, path, body).as_bytes()).unwrap();
+        read_response(&mut r);
+    }
+    // A transport refusal: a body over the limit (413, then close).
+    let big = "x".repeat(70 * 1024);
+    assert_eq!(
+        server
+            .one(request("POST", "/fraud-score", &big).as_bytes())
+            .status,
+        413
+    );
+    let after = scrape(&server);
+    let grew = |name: &str, labels: &[(&str, &str)]| {
+        counter(&after, name, labels) - counter(&before, name, labels)
+    };
+    let approved = [("approved", "true"), ("fraud_score", "0.0")];
+    let denied = [("approved", "false"), ("fraud_score", "1.0")];
+    assert_eq!(grew("fraud_decisions_total", &approved), 3.0);
+    assert_eq!(grew("fraud_decisions_total", &denied), 2.0);
+    assert_eq!(grew("fraud_decisions_total", &[]), 5.0);
+    assert_eq!(
+        grew("fraud_requests_rejected_total", &[("reason", "bad_body")]),
+        1.0
+    );
+    assert_eq!(
+        grew("fraud_requests_rejected_total", &[("reason", "not_found")]),
+        1.0
+    );
+    assert_eq!(
+        grew(
+            "fraud_requests_rejected_total",
+            &[("reason", "body_too_large")]
+        ),
+        1.0
+    );
+    let info = after
+        .iter()
+        .find(|s| s.metric == "fraud_index_info")
+        .unwrap();
+    assert_eq!(info.labels.get("references"), Some("3000000"));
+    assert_eq!(info.labels.get("format_version"), Some("5"));
+    assert!(after
+        .iter()
+        .filter(|s| s.metric.ends_with("_total"))
+        .all(|s| s.labels.get("index") == info.labels.get("crc32")));
+    for s in &after {
+        let name = &s.metric;
+        assert!(
+            name == "fraud_index_info"
+                || (name.ends_with("_total")
+                    && (name.contains("request") || name.contains("decision"))),
+            "{name}"
+        );
+    }
+    let off = start_ready("metrics-off", &["--metrics", "off"]);
+    assert_eq!(
+        off.one(request("GET", "/metrics", "").as_bytes()).status,
+        404
+    );
+}

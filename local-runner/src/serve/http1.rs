@@ -47,6 +47,7 @@
 //! - Every answer's status, body and headers come from [`function::Response`].
 
 use super::config::Limits;
+use function::metrics::Counters;
 use function::{Request, Response};
 use httparse::Status;
 use std::time::Instant;
@@ -69,23 +70,49 @@ pub enum Next {
     Close,
 }
 
-/// Whoever answers the requests: the scorer, or a constant.
+/// Whoever answers the requests: the scorer, or a constant. `counted` is what the server has
+/// answered so far (for a metrics route).
 pub trait App {
-    fn answer(&mut self, req: &Request<'_>) -> Response;
+    fn answer(&mut self, req: &Request<'_>, counted: &Counters) -> Response;
 }
 
 impl<F: FnMut(&Request<'_>) -> Response> App for F {
-    fn answer(&mut self, req: &Request<'_>) -> Response {
+    fn answer(&mut self, req: &Request<'_>, _counted: &Counters) -> Response {
         self(req)
     }
 }
 
 /// The output buffer the event loop lends to every connection in turn (so idle connections hold
-/// none).
+/// none), and the count of every answer written into it.
 #[derive(Default)]
 pub struct Buffers {
     /// Answers produced by the last call, in order, ready to be written.
     pub out: Vec<u8>,
+    /// Every answer written ([`Response::outcome`]), the app's and the transport's refusals,
+    /// unless `uncounted`: one array increment each.
+    pub counters: Counters,
+    pub uncounted: bool,
+}
+
+impl Buffers {
+    /// Counts an answer written elsewhere.
+    pub fn count(&mut self, r: &Response) {
+        if !self.uncounted {
+            self.counters.record(r.outcome);
+        }
+    }
+
+    /// Appends one answer to `out` (see [`write_response`]) and counts it.
+    fn answer(&mut self, version: u8, head_only: bool, r: &Response, connection: Connection) {
+        self.count(r);
+        write_response(&mut self.out, version, head_only, r, connection);
+    }
+
+    /// Appends `r` as the only answer on a connection that is then closed (the connection cap's
+    /// 503, written without reading the request), and counts it.
+    pub fn answer_final(&mut self, r: &Response) {
+        self.answer(1, false, r, Connection::Close);
+    }
 }
 
 /// The protocol state of one connection.
@@ -454,24 +481,21 @@ impl Conn {
             Stage::Chunked { chunks, .. } => (&self.body, chunks.at),
         };
         let close = head.close || self.last;
-        let answer = app.answer(&Request {
-            method: req.method.unwrap_or_default(),
-            target: origin_form(req.path.unwrap_or_default()),
-            content_type: head.content_type,
-            body,
-        });
+        let answer = app.answer(
+            &Request {
+                method: req.method.unwrap_or_default(),
+                target: origin_form(req.path.unwrap_or_default()),
+                content_type: head.content_type,
+                body,
+            },
+            &bufs.counters,
+        );
         let connection = match (close, head.version) {
             (true, _) => Connection::Close,
             (false, 0) => Connection::KeepAlive,
             (false, _) => Connection::Default,
         };
-        write_response(
-            &mut bufs.out,
-            head.version,
-            head.is_head,
-            &answer,
-            connection,
-        );
+        bufs.answer(head.version, head.is_head, &answer, connection);
         if close {
             self.closing = true;
         }
@@ -500,7 +524,7 @@ impl Conn {
 
     /// Answers with `r` and closes: the request cannot be served.
     fn refuse(&mut self, r: Response, bufs: &mut Buffers) {
-        write_response(&mut bufs.out, 1, false, &r, Connection::Close);
+        bufs.answer(1, false, &r, Connection::Close);
         self.closing = true;
         self.paused = false;
     }

@@ -289,6 +289,11 @@ impl<A: App> Server<A> {
         })
     }
 
+    /// Whether every answer is counted (for a metrics route); on by default.
+    pub fn count_answers(&mut self, on: bool) {
+        self.bufs.uncounted = !on;
+    }
+
     /// A handle another thread can use to make the loop call [`Background::step`].
     pub fn waker(&mut self) -> io::Result<Arc<Waker>> {
         if let Some(w) = &self.waker {
@@ -604,7 +609,7 @@ impl<A: App> Server<A> {
         }
         c.http = http1::Conn::new(now);
         c.paused = false;
-        http1::write_final(&mut self.bufs.out, &why.response());
+        self.bufs.answer_final(&why.response());
         if self.send(key, Next::Close, now) {
             self.account(key, now);
         }
@@ -658,8 +663,9 @@ impl<A: App> Server<A> {
     /// A fixed 503 and close, without reading the request.
     fn shed(&mut self, mut stream: Stream, now: Instant, why: Shed) {
         self.shed_log_line(now, why);
-        let mut out = Vec::new();
-        http1::write_final(&mut out, &why.response());
+        let (mut out, response) = (Vec::new(), why.response());
+        http1::write_final(&mut out, &response);
+        self.bufs.count(&response);
         // A fresh socket's send buffer takes ~150 bytes at once.
         let _ = stream.write(&out);
         stream.shutdown_write();

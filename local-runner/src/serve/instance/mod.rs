@@ -9,6 +9,7 @@ use super::config::{Endpoint, Limits};
 use super::listener::{self, Listener};
 use super::server::Server;
 use anyhow::{Context, Result};
+use index_pack::format::Identity;
 use std::time::{Duration, Instant};
 use tracing::info;
 use warmup::Warmup;
@@ -69,6 +70,15 @@ pub struct ServeArgs {
     /// index is not opened.
     #[arg(long, env = "FRAUD_NO_WORK")]
     pub no_work: bool,
+    /// Deltas searched with the embedded index: `*.idx` files, or directories of them,
+    /// `:`-separated (they must extend the embedded index; see `index-pack delta`). Default:
+    /// the directory `deltas` beside the binary, if there is one.
+    #[arg(long, env = "FRAUD_DELTAS")]
+    pub deltas: Option<std::ffi::OsString>,
+    /// `on`: count every answer and serve the counts at `GET /metrics` (Prometheus text);
+    /// `off`: neither (the route is then a 404).
+    #[arg(long, env = "FRAUD_METRICS", default_value = "on", value_parser = ["on", "off"])]
+    pub metrics: String,
 }
 
 impl From<&ServeArgs> for Limits {
@@ -104,6 +114,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
         return server.run(&mut ());
     }
+    if let Some(deltas) = &args.deltas {
+        // Read by `function::index::deltas`, once, before any thread starts.
+        std::env::set_var("FRAUD_DELTAS", deltas);
+    }
     let t = Instant::now();
     function::index::load(args.residency).context("cannot open the embedded index")?;
     info!(
@@ -113,11 +127,27 @@ pub fn run(args: ServeArgs) -> Result<()> {
         "index resident"
     );
     let scorer = function::embedded_scorer().context("cannot open the embedded index")?;
+    let mut index = vec![function::index::identity()?];
+    index.extend(function::index::deltas()?.iter().map(Identity::of));
+    info!(
+        references_sha256 = %index[0].references_sha256,
+        references = index[0].references,
+        part = %index[0].part,
+        format_version = index[0].format_version,
+        crc32 = %index[0].crc32,
+        packer = %index[0].packer,
+        deltas = index.len() - 1,
+        delta_references = index[1..].iter().map(|d| d.references as u64).sum::<u64>(),
+        "index identity"
+    );
+    let metrics = args.metrics == "on";
     let app = Scoring {
         scorer,
         ready: ready.clone(),
+        metrics: metrics.then_some(index),
     };
     let mut server = Server::new(Listener::bind(&endpoint)?, app, ready.clone(), limits)?;
+    server.count_answers(metrics);
     server.stop_on_signals()?;
     let mut warmup = Warmup::start(scorer, ready, args.warmup_queries, server.waker()?);
     info!(?endpoint, ?limits, "listening; warming up");
