@@ -30,6 +30,8 @@ pub mod handler;
 mod hint;
 #[cfg(feature = "embedded-index")]
 pub mod index;
+#[cfg(feature = "lambda-runtime")]
+pub mod lambda;
 pub mod metrics;
 pub mod payload;
 pub mod search;

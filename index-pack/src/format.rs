@@ -527,7 +527,7 @@ pub fn open_with_footer(artifact: &[u8]) -> Result<Opened<'_>, FormatError> {
 }
 
 /// Checks that `parts`, a base then its deltas in order (each opened with its footer), form
-/// one reference set: every delta extends this base (its source SHA-256, reference count and
+/// one reference set (a shard alone is one too): every delta extends this base (its source SHA-256, reference count and
 /// CRC32) and starts at the position where the parts before it end, and all share a codec.
 pub fn check_composition(parts: &[(&ArchivedIndex, Footer)]) -> Result<(), FormatError> {
     let bad = |m: String| Err(FormatError::Composition(m));
@@ -535,8 +535,14 @@ pub fn check_composition(parts: &[(&ArchivedIndex, Footer)]) -> Result<(), Forma
         return bad("no index".into());
     };
     let h = &base.header;
-    if !matches!(h.part, ArchivedPart::Whole) {
-        return bad("the first index is not a whole set (a base)".into());
+    match (&h.part, deltas.is_empty()) {
+        (ArchivedPart::Whole, _) | (ArchivedPart::Shard { .. }, true) => {}
+        (ArchivedPart::Shard { .. }, false) => {
+            return bad("deltas extend a whole set, not a shard".into())
+        }
+        (ArchivedPart::Delta { .. }, _) => {
+            return bad("the first index is a delta: a delta is searched with its base".into())
+        }
     }
     let mut next = h.first_position.to_native() as u64 + h.n_refs.to_native() as u64;
     for (i, (delta, _)) in deltas.iter().enumerate() {

@@ -36,231 +36,12 @@
 //! standard message): Lambda then reports the invocation as failed and starts a fresh execution
 //! environment, rather than reusing one in an unknown state.
 
-use function::metrics::Counters;
+use function::lambda::{Metrics, Process};
 use function::shard::{self, NearestRequest};
-use function::{Outcome, Scorer};
 use index_pack::format::Identity;
-use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
-use lambda_http::{
-    lambda_runtime, service_fn, tracing, Body, Error, LambdaEvent, Request, RequestExt, Response,
-};
-use std::convert::Infallible;
-use std::io::Write;
+use lambda_http::{tracing, Error};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
-
-/// Longest path or field name written to a log line, in characters (both come from the client).
-const MAX_LOGGED_CHARS: usize = 100;
-
-/// The one call into the transport-neutral handler.
-///
-/// The path is the event's raw path (`rawPath` for v2 and Function URLs, `path` for v1 and ALB),
-/// which carries no REST API stage prefix.
-fn answer(scorer: &Scorer<'_>, req: &Request) -> function::Response {
-    scorer.handle(
-        &function::Request {
-            method: req.method().as_str(),
-            target: req.raw_http_path(),
-            content_type: req.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
-            body: req.body().as_ref(),
-        },
-        function::Readiness::Ready,
-    )
-}
-
-/// Answers one request in the event source's format; logs it only if it failed, and counts it.
-fn respond(
-    scorer: &Scorer<'_>,
-    failures: &FailureLog,
-    metrics: &Metrics,
-    req: &Request,
-) -> Response<Body> {
-    let answer = answer(scorer, req);
-    let now = Instant::now();
-    if answer.status >= 400 {
-        failures.note(now, req, &answer);
-    }
-    metrics.record(answer.outcome, now);
-    let mut builder = Response::builder()
-        .status(answer.status)
-        .header(CONTENT_TYPE, answer.content_type);
-    if let Some(allow) = answer.allow {
-        builder = builder.header(ALLOW, allow);
-    }
-    builder
-        .body(Body::Text(answer.body.into_owned()))
-        .expect("status and headers come from the handler's fixed set")
-}
-
-/// The log of failed requests: at most one WARN line per `every`, so that a flood of bad
-/// requests cannot drive the log volume (and its bill); each line counts the failures left out
-/// since the one before. A line says status, method, path and, for a 400, the field the
-/// handler's error names. The request body, and the error message (which may quote it), are
-/// never logged.
-struct FailureLog {
-    every: Duration,
-    /// When the last line was written, and the failures not logged since.
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl FailureLog {
-    fn new(every: Duration) -> FailureLog {
-        FailureLog {
-            every,
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    /// Notes a failed request at `now`: a line if one is due, else one more left out.
-    fn note(&self, now: Instant, req: &Request, answer: &function::Response) {
-        let not_logged = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if s.0.is_some_and(|t| now.duration_since(t) < self.every) {
-                s.1 += 1;
-                return;
-            }
-            s.0 = Some(now);
-            std::mem::take(&mut s.1)
-        };
-        tracing::warn!(
-            status = answer.status,
-            method = %req.method(),
-            path = clip(req.raw_http_path()),
-            field = answer.field.as_deref().map(clip),
-            not_logged,
-            "request failed"
-        );
-    }
-}
-
-/// At most [`MAX_LOGGED_CHARS`] characters of `s`.
-fn clip(s: &str) -> &str {
-    s.char_indices()
-        .nth(MAX_LOGGED_CHARS)
-        .map_or(s, |(cut, _)| &s[..cut])
-}
-
-/// What the `http` role decided, counted in this execution environment and written out as
-/// Embedded Metric Format lines ([`Counters::emf`]) on stdout, which Lambda sends to CloudWatch
-/// Logs and CloudWatch turns into metrics (namespace `FraudScore`).
-///
-/// One line per invocation would cost a ~1 KB write and its log ingestion per request (about
-/// $0.50 per million requests at $0.50 per GB, twice Lambda's own request fee): counted and
-/// written once per interval, a busy environment writes a few lines a minute whatever its
-/// traffic (docs/LAMBDA.md, "Operate", has the measured costs of both).
-struct Metrics {
-    /// `None`: metrics off; zero: a line set after every invocation.
-    every: Option<Duration>,
-    function: String,
-    index: Vec<Identity>,
-    /// The counts not written yet, and when they were last written.
-    state: Mutex<(Counters, Instant)>,
-}
-
-impl Metrics {
-    /// From `FRAUD_METRICS_FLUSH_SECONDS` (default 60; `off`).
-    fn from_env(index: Vec<Identity>) -> Result<Metrics, String> {
-        let every = match std::env::var("FRAUD_METRICS_FLUSH_SECONDS").as_deref() {
-            Err(_) | Ok("") => Some(Duration::from_secs(60)),
-            Ok("off") => None,
-            Ok(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
-                format!("FRAUD_METRICS_FLUSH_SECONDS must be a number of seconds or off, not {s:?}")
-            })?)),
-        };
-        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
-        let state = Mutex::new((Counters::default(), Instant::now()));
-        Ok(Metrics {
-            every,
-            function,
-            index,
-            state,
-        })
-    }
-
-    #[cfg(test)]
-    fn off() -> Metrics {
-        let state = Mutex::new((Counters::default(), Instant::now()));
-        Metrics {
-            every: None,
-            function: String::new(),
-            index: Vec::new(),
-            state,
-        }
-    }
-
-    /// Counts one answer; writes the counts when the interval is over.
-    fn record(&self, outcome: Outcome, now: Instant) {
-        let Some(every) = self.every else { return };
-        let due = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            s.0.record(outcome);
-            if now.duration_since(s.1) < every {
-                return;
-            }
-            s.1 = now;
-            std::mem::take(&mut s.0)
-        };
-        self.write(&due);
-    }
-
-    /// Writes whatever is counted (at the end of the environment).
-    fn flush(&self) {
-        let counts = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut s.0)
-        };
-        self.write(&counts);
-    }
-
-    fn write(&self, counts: &Counters) {
-        let ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let lines = counts.emf(&self.function, &self.index, ms);
-        let mut out = std::io::stdout().lock();
-        for line in lines {
-            let _ = writeln!(out, "{line}");
-        }
-        let _ = out.flush();
-    }
-
-    /// Registers a no-op internal extension, so that Lambda sends SIGTERM before it ends the
-    /// execution environment, and flushes on that signal. Where the runtime has no Extensions
-    /// API, says so and goes on: only the last interval's counts are then lost.
-    async fn flush_on_shutdown(&'static self) {
-        if self.every.is_none() {
-            return;
-        }
-        let registered = lambda_extension::Extension::new()
-            .with_events(&[])
-            .with_extension_name("fraud-metrics-flush")
-            .register()
-            .await;
-        let extension = match registered {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "no extension registered: the metrics of the last interval are lost at shutdown");
-                return;
-            }
-        };
-        let Ok(mut sigterm) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = sigterm.recv() => {
-                    self.flush();
-                    std::process::exit(0);
-                }
-                _ = extension.run() => {}
-            }
-        });
-    }
-}
+use std::time::Instant;
 
 /// Whether `FRAUD_PREFAULT=auto` reads the index during init: when it fits the function's
 /// memory with 64 MiB to spare (less memory than the index would evict its pages again) and is
@@ -283,74 +64,9 @@ fn prefault(setting: Option<&str>, index_bytes: u64, memory_mb: u64) -> Result<b
     }
 }
 
-/// Logs the panic, runs the default hook (the standard message, a backtrace if asked), then
-/// aborts the whole process.
-fn install_abort_on_panic() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        tracing::error!(panic = %info, "panic, aborting");
-        default(info);
-        std::process::abort();
-    }));
-}
-
 fn main() -> ExitCode {
     let started = Instant::now();
-    tracing::init_default_subscriber();
-    install_abort_on_panic();
-    // A failed start or a failed runtime loop is logged like everything else (JSON on Lambda).
-    static INVOCATIONS: AtomicU64 = AtomicU64::new(0);
-    static METRICS: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
-    let (invocations, metrics) = (&INVOCATIONS, &METRICS);
-    match serve(started, invocations, metrics) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if invocations.load(Ordering::Relaxed) > 0 && runtime_api_gone(&*e) => {
-            // Lambda never closes its runtime API under a live function; an emulator that ran
-            // its events does (`sam local invoke` after one event). That is the end of the run,
-            // not a failure, and of the environment: what was counted is written.
-            if let Some(m) = metrics.get() {
-                m.flush();
-            }
-            tracing::info!(
-                invocations = invocations.load(Ordering::Relaxed),
-                error = %e,
-                "the runtime API went away, exiting"
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "bootstrap failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Whether `e` says the runtime API's connection is gone (refused, reset, closed mid-request),
-/// as opposed to any other failure of the runtime loop.
-fn runtime_api_gone(e: &(dyn std::error::Error + 'static)) -> bool {
-    use std::io::ErrorKind::*;
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | ConnectionAborted
-                    | BrokenPipe
-                    | UnexpectedEof
-            ) {
-                return true;
-            }
-        }
-        if let Some(h) = c.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
-                return true;
-            }
-        }
-        cause = c.source();
-    }
-    false
+    function::lambda::main("bootstrap", |process| serve(started, process))
 }
 
 /// The two roles (module docs).
@@ -361,11 +77,7 @@ enum Role {
 }
 
 /// Opens the index, logs the init line, then answers invocations until the runtime stops.
-fn serve(
-    started: Instant,
-    invocations: &'static AtomicU64,
-    metrics_cell: &'static std::sync::OnceLock<Metrics>,
-) -> Result<(), Error> {
+fn serve(started: Instant, process: &'static Process) -> Result<(), Error> {
     let role = match std::env::var("FRAUD_LAMBDA_ROLE").as_deref() {
         Err(_) | Ok("") | Ok("http") => Role::Http,
         Ok("shard") => Role::Shard,
@@ -401,49 +113,39 @@ fn serve(
         index_packer = %identity.packer,
         artifact_bytes = artifact.len(),
         deltas = deltas.len(),
-        delta_references = deltas.iter().map(|d| d.index.header.n_refs.to_native() as u64).sum::<u64>(),
+        delta_references = deltas
+            .iter()
+            .map(|d| d.index.header.n_refs.to_native() as u64)
+            .sum::<u64>(),
         prefault,
         init_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "index ready"
     );
-    let mut index = vec![identity.clone()];
-    index.extend(deltas.iter().map(Identity::of));
-    let _ = metrics_cell.set(Metrics::from_env(index)?);
-    let metrics: &'static Metrics = metrics_cell.get().expect("set above");
-    let failures: &'static FailureLog =
-        Box::leak(Box::new(FailureLog::new(Duration::from_secs(1))));
-    let identity: &'static Identity = Box::leak(Box::new(identity));
-    // One invocation at a time per execution environment: a single-threaded runtime suffices.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        match role {
-            Role::Http => {
-                metrics.flush_on_shutdown().await;
-                lambda_http::run(service_fn(move |req: Request| async move {
-                    invocations.fetch_add(1, Ordering::Relaxed);
-                    Ok::<_, Infallible>(respond(&scorer, failures, metrics, &req))
-                }))
-                .await
-            }
-            Role::Shard => {
-                lambda_runtime::run(service_fn(
-                    move |event: LambdaEvent<NearestRequest>| async move {
-                        invocations.fetch_add(1, Ordering::Relaxed);
-                        Ok::<_, Infallible>(shard::answer(&searcher, identity, &event.payload))
-                    },
-                ))
-                .await
-            }
+    match role {
+        Role::Http => {
+            let mut index = vec![identity];
+            index.extend(deltas.iter().map(Identity::of));
+            function::lambda::serve_http(scorer, process, Metrics::from_env(index)?)
         }
-    })
+        Role::Shard => {
+            let identity: &'static Identity = Box::leak(Box::new(identity));
+            function::lambda::serve_events(process, move |request: NearestRequest| {
+                shard::answer(&searcher, identity, &request)
+            })
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use function::lambda::{respond, FailureLog};
+    use function::Scorer;
+    use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
+    use lambda_http::Request;
+    use lambda_http::{Body, RequestExt};
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     fn event(name: &str) -> Request {
         let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -610,7 +312,7 @@ mod tests {
         let bad = event("hostile/wrong-type.json");
         let t0 = Instant::now();
         let lines = logged_with(|scorer| {
-            let answer = super::answer(scorer, &bad);
+            let answer = function::lambda::answer(scorer, &bad);
             // Six failures within 1.2 s: a line at 0 s, four left out, a line at 1.2 s.
             for ms in [0, 100, 400, 900, 999, 1200] {
                 failures.note(t0 + Duration::from_millis(ms), &bad, &answer);

@@ -79,6 +79,18 @@ pub struct ServeArgs {
     /// `off`: neither (the route is then a 404).
     #[arg(long, env = "FRAUD_METRICS", default_value = "on", value_parser = ["on", "off"])]
     pub metrics: String,
+    /// A front over shards instead of the embedded index: the shard functions, in shard order,
+    /// comma-separated (`NAME`, an ARN, or `ENDPOINT#NAME` for an emulator, e.g.
+    /// `http://127.0.0.1:9001#function`), invoked through the Lambda Invoke API in parallel and
+    /// merged exactly (`fan-out`). One request is fanned out at a time per process.
+    #[cfg(feature = "shards")]
+    #[arg(long, env = "FRAUD_SHARDS", value_delimiter = ',')]
+    pub shards: Vec<String>,
+    /// With `--shards`: how long each shard may take (502 naming a shard that fails, 504 one
+    /// that does not answer in time).
+    #[cfg(feature = "shards")]
+    #[arg(long, env = "FRAUD_SHARD_TIMEOUT_MS", default_value_t = 1000)]
+    pub shard_timeout_ms: u64,
 }
 
 impl From<&ServeArgs> for Limits {
@@ -113,6 +125,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "listening; no-work backend (constant answer, no search)"
         );
         return server.run(&mut ());
+    }
+    #[cfg(feature = "shards")]
+    if !args.shards.is_empty() {
+        return front(&args, endpoint, limits, ready);
     }
     if let Some(deltas) = &args.deltas {
         // Read by `function::index::deltas`, once, before any thread starts.
@@ -152,6 +168,34 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let mut warmup = Warmup::start(scorer, ready, args.warmup_queries, server.waker()?);
     info!(?endpoint, ?limits, "listening; warming up");
     server.run(&mut warmup)?;
+    info!("drained; exiting");
+    Ok(())
+}
+
+/// `serve --shards`: the handler over the shard functions, no index of its own, ready at once.
+#[cfg(feature = "shards")]
+fn front(args: &ServeArgs, endpoint: Endpoint, limits: Limits, ready: ReadyFlag) -> Result<()> {
+    let shards = args
+        .shards
+        .iter()
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<fan_out::ShardTarget>>>()?;
+    let timeout = Duration::from_millis(args.shard_timeout_ms);
+    let fanout: &'static fan_out::Fanout =
+        Box::leak(Box::new(fan_out::Fanout::start(shards, timeout)?));
+    let metrics = args.metrics == "on";
+    let app = Scoring {
+        scorer: function::Scorer::remote(fanout),
+        ready: ready.clone(),
+        metrics: metrics.then(Vec::new),
+    };
+    ready.set(true);
+    let mut server = Server::new(Listener::bind(&endpoint)?, app, ready, limits)?;
+    server.count_answers(metrics);
+    server.stop_on_signals()?;
+    let names: Vec<String> = fanout.shards().iter().map(|s| s.to_string()).collect();
+    info!(?endpoint, shards = %names.join(","), timeout_ms = args.shard_timeout_ms, "listening; front over shards");
+    server.run(&mut ())?;
     info!("drained; exiting");
     Ok(())
 }
