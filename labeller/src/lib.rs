@@ -17,14 +17,18 @@
 //! - [`generate`]: request bodies drawn from the contest data generator's distributions.
 //! - [`adversarial`]: queries built from the references to hit the tie rules.
 //! - [`csv`]: the contest's CSV test-set layout, written from bodies and answers.
+//! - [`invert`]: a request body for a given vector (to send an adversarial query over HTTP).
+//! - [`sample`]: the labelled sample a deployment is checked with before it takes traffic.
 //!
 //! The `labeller` binary relabels a file of cases (see `src/main.rs`).
 
 pub mod adversarial;
 pub mod csv;
 pub mod generate;
+pub mod invert;
 pub mod payload;
 pub mod references;
+pub mod sample;
 pub mod scan;
 pub mod time;
 

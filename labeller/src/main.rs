@@ -65,6 +65,20 @@ enum Command {
         #[arg(long)]
         any_references: bool,
     },
+    /// Write the labelled sample a new deployment is checked with before it takes traffic
+    /// (`deploy-hook`): both decisions, the vote's edge, ties across 5th place (adversarial
+    /// queries turned into bodies) and a malformed body, labelled over REFERENCES.
+    DeploySample {
+        #[arg(long, default_value = "resources/references.json.gz")]
+        references: PathBuf,
+        /// Label against any references (a synthetic set).
+        #[arg(long)]
+        any_references: bool,
+        #[arg(long, default_value_t = 2026)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Write COUNT references drawn the way the contest's generator draws its reference file
     /// (seeded), labelled by their profile, in its JSON layout (gzip when OUT ends in .gz).
     GenerateReferences {
@@ -117,6 +131,28 @@ fn main() -> Result<()> {
             any_references,
         } => generate_csv(count, seed, &out, &references, !any_references),
         Command::GenerateReferences { count, seed, out } => generate_references(count, seed, &out),
+        Command::DeploySample {
+            references,
+            any_references,
+            seed,
+            out,
+        } => {
+            let refs = references::read(&references, !any_references)?;
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let cases = labeller::sample::build(&refs, seed, threads);
+            let kinds = |k: &str| cases.iter().filter(|c| c.kind == k).count();
+            eprintln!(
+                "{} cases: {} approved, {} denied, {} edge, {} tie, {} bad request",
+                cases.len(),
+                kinds("approved"),
+                kinds("denied"),
+                kinds("edge"),
+                kinds("tie"),
+                kinds("bad_request")
+            );
+            std::fs::write(&out, serde_json::to_string_pretty(&cases)? + "\n")
+                .with_context(|| format!("cannot write {}", out.display()))
+        }
     }
 }
 
