@@ -38,7 +38,9 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
     // A given artifact is kept under a name of its own, so that it never replaces the one this
     // script packed (`cargo xtask build --shipped` embeds the newest `fraud-index.idx`).
-    let prebuilt = env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+    let prebuilt = env::var_os("FRAUD_INDEX_ARTIFACT_IN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
     let out = out_dir.join(match prebuilt {
         Some(_) => "fraud-index-given.idx",
         None => "fraud-index.idx",

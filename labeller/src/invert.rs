@@ -45,7 +45,10 @@ pub fn body_for(q: &Query) -> Option<String> {
     let weekday = whole(q[4], 6.0)?;
     let binary = |v: f64| (v == 0.0 || v == 1.0).then_some(v == 1.0);
     let (online, card_present, unknown) = (binary(q[9])?, binary(q[10])?, binary(q[11])?);
-    let mcc = MCC_OF_RISK.iter().find(|(r, _)| *r == q[12]).map(|(_, c)| *c)?;
+    let mcc = MCC_OF_RISK
+        .iter()
+        .find(|(r, _)| *r == q[12])
+        .map(|(_, c)| *c)?;
     let amount = q[0] * 10_000.0;
     // amount / avg_amount / 10 = v2: a ratio of 20 clamps to 1; a huge avg gives 0.
     let avg_amount = match q[2] {
@@ -70,7 +73,12 @@ pub fn body_for(q: &Query) -> Option<String> {
             if at_day < 1 {
                 return None;
             }
-            let (h, mi, s, ms) = (rest / 3_600_000, rest / 60_000 % 60, rest / 1000 % 60, rest % 1000);
+            let (h, mi, s, ms) = (
+                rest / 3_600_000,
+                rest / 60_000 % 60,
+                rest / 1000 % 60,
+                rest % 1000,
+            );
             format!(
                 r#"{{"timestamp":"{y:04}-{m:02}-{at_day:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z","km_from_current":{}}}"#,
                 num(v6 * 1000.0)

@@ -52,8 +52,8 @@ pub fn build(refs: &References, seed: u64, threads: usize) -> Vec<SampleCase> {
     let mut out: Vec<SampleCase> = Vec::new();
     for (((kind, body), q), hits) in bodies.iter().zip(&queries).zip(&hits) {
         let frauds = hits.iter().take(scan::K).filter(|h| h.fraud).count();
-        let tie = adversarial::fixed(q)
-            .is_some_and(|k| adversarial::tie_across_fifth(refs, &k, hits));
+        let tie =
+            adversarial::fixed(q).is_some_and(|k| adversarial::tie_across_fifth(refs, &k, hits));
         let name = match (*kind, tie, frauds) {
             (Kind::Tie, true, _) => "tie",
             (Kind::Tie, false, _) => continue,
@@ -66,7 +66,10 @@ pub fn build(refs: &References, seed: u64, threads: usize) -> Vec<SampleCase> {
         }
         let score = frauds as f64 / scan::K as f64;
         out.push(SampleCase {
-            name: format!("{name}-{}", out.iter().filter(|c| c.kind == name).count() + 1),
+            name: format!(
+                "{name}-{}",
+                out.iter().filter(|c| c.kind == name).count() + 1
+            ),
             kind: name.into(),
             body: body.clone(),
             status: 200,
