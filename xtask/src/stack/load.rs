@@ -5,11 +5,12 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Layout, Up};
 use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
-use super::probe::{sample, Monitor, State};
+use super::probe::{sample, Sample, State};
 use super::{check, Common, Shape};
-use crate::util::{self, log};
+use crate::util::{self, log, Background};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -52,15 +53,12 @@ impl Container {
             "memory at its limit ({peak:.1} of {limit:.0} MB, failcnt {})",
             a.memory_failcnt
         );
-        let t: Vec<String> = [
+        let t = util::failed([
             (!self.running, "not running".to_string()),
             (self.restarts > 0, format!("restarted {} times", self.restarts)),
             (self.oom_killed || self.oom_kills() > 0, "OOM kill".into()),
             (a.memory_failcnt > 0 || a.memory_peak >= a.memory_limit, memory),
-        ]
-        .into_iter()
-        .filter_map(|(bad, what)| bad.then_some(what))
-        .collect();
+        ]);
         (!t.is_empty()).then(|| format!("{}: {}", self.service, t.join(", ")))
     }
 }
@@ -127,13 +125,24 @@ impl Session {
         Session::start(gate, &Compose::stack(&common.overrides)).map(Some)
     }
 
-    /// A monitor of the stack every `interval`, writing `<base>.monitor.jsonl`.
-    pub fn monitor(&self, interval: Duration, probe: bool, memory: bool) -> Result<Monitor> {
+    /// Samples the stack every `interval` until stopped, each sample also a JSON line of
+    /// `<base>.monitor.jsonl`.
+    pub fn monitor(
+        &self,
+        interval: Duration,
+        probe: bool,
+        memory: bool,
+    ) -> Result<Background<Vec<Sample>>> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
         let memory: Vec<_> = memory.collect();
-        let sample = move || sample(&socket_dir, &apis, probe, &memory);
-        Ok(Monitor::start(&self.base.with_extension("monitor.jsonl"), interval, sample)?)
+        let file = std::fs::File::create(self.base.with_extension("monitor.jsonl"))?;
+        let mut out = std::io::LineWriter::new(file);
+        Ok(Background::every(interval, vec![], move |all| {
+            let s = sample(&socket_dir, &apis, probe, &memory);
+            let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
+            all.push(s);
+        }))
     }
 
     /// Every container's counters now, against the start.
@@ -277,9 +286,8 @@ pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun
     for c in &run.containers {
         let (svc, cpus, cpu, peak, limit) =
             (&c.service, c.cpus, c.cpu_s(), c.peak_mb(), c.limit_mb());
-        let (per, throttled, restarts) =
-            (run.cpu_us_per_request(svc).unwrap_or(0.0), c.throttled(), c.restarts);
-        log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {throttled}  peak {peak:.1} of {limit:.0} MB  restarts {restarts}");
+        let per = run.cpu_us_per_request(svc).unwrap_or(0.0);
+        log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {}  peak {peak:.1} of {limit:.0} MB  restarts {}", c.throttled(), c.restarts);
     }
     Ok(run)
 }

@@ -1,5 +1,5 @@
-//! Asking the stack how it is: `GET /ready` by TCP or an API's socket, HAProxy's `show stat`,
-//! and [`Monitor`], a thread sampling all that (and memory) under load as JSON lines.
+//! Asking the stack how it is: `GET /ready` by TCP or an API's socket (raw sockets: ureq speaks
+//! no Unix socket), HAProxy's `show stat`, and [`sample`], all that (and memory) at one moment.
 
 use super::cgroup::Cgroup;
 use crate::util;
@@ -10,9 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
@@ -195,43 +193,6 @@ pub fn sample(sockets: &Path, apis: &[String], probe: bool, memory: &[(String, C
         s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
     }
     s
-}
-
-pub struct Monitor {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Vec<Sample>>,
-}
-
-impl Monitor {
-    /// Samples every `interval` until stopped, writing each as a JSON line to `out`.
-    pub fn start(
-        out: &Path,
-        interval: Duration,
-        mut sample: impl FnMut() -> Sample + Send + 'static,
-    ) -> std::io::Result<Monitor> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let mut out = std::io::BufWriter::new(std::fs::File::create(out)?);
-        let handle = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let s = sample();
-                let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
-                all.push(s);
-                std::thread::sleep(interval.saturating_sub(t.elapsed()));
-            }
-            let _ = out.flush();
-            all
-        });
-        Ok(Monitor { stop, handle })
-    }
-
-    /// Stops sampling and returns every sample.
-    pub fn stop(self) -> Vec<Sample> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
