@@ -1,6 +1,7 @@
 //! `cargo measure cold-start`: the Lambda bootstrap's cold starts, page cache dropped (root) as
 //! on a new environment; lazy index against `FRAUD_PREFAULT=1`, alternated (ABBA), medians.
 
+use crate::median;
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use xtask::lambda::events::{self, Case, Expect};
 use xtask::lambda::logs::{self, Init};
 use xtask::lambda::package;
 use xtask::lambda::sam::{self, Tools};
-use xtask::util::{self, cmd, log, median};
+use xtask::util::{self, cmd, log};
 
 #[derive(clap::Args)]
 pub struct Args {

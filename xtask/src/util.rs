@@ -107,15 +107,6 @@ pub fn loadavg() -> String {
     text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// p50 and p99 are the values at rank `p * n`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Quantiles {
@@ -608,8 +599,7 @@ mod tests {
 
     #[test]
     fn statistics_dates_and_spreads() {
-        assert_eq!([median(vec![3.0, 1.0, 2.0]), median(vec![4.0, 1.0, 2.0, 3.0])], [2.0, 2.5]);
-        assert!(median(vec![]).is_nan() && Quantiles::of(vec![]).p50.is_nan());
+        assert!(Quantiles::of(vec![]).p50.is_nan());
         let q = Quantiles::of((1..=200).map(f64::from).rev().collect());
         assert_eq!((q.n, q.p50, q.p99, q.max), (200, 101.0, 199.0, 200.0));
         let (s, d) = (stamp(), date());

@@ -5,9 +5,6 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The project's test set of the final's shape (the contest's CSV layout).
-pub const FINAL_SET: &str = "tests/data/final-test-data.csv.gz";
-
 /// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data(set: &str) -> Result<PathBuf> {
     let src = root().join(set);

@@ -14,16 +14,6 @@ use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
-/// The contest documentation's first worked example (5 legit neighbours, approved).
-const SAMPLE: &str = r#"{"id":"tx-xtask-ready","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
-
-/// `POST /fraud-score` with [`SAMPLE`], as k6 sends it (JSON content type, keep-alive off).
-fn score_request() -> Vec<u8> {
-    let head = "POST /fraud-score HTTP/1.1\r\nHost: xtask\r\nContent-Type: application/json\r\n";
-    format!("{head}Content-Length: {}\r\nConnection: close\r\n\r\n{SAMPLE}", SAMPLE.len())
-        .into_bytes()
-}
-
 /// What a probe got: an HTTP status, a connection closed without one, or the I/O error's kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -71,32 +61,18 @@ fn exchange(connected: std::io::Result<impl Read + Write>, request: &[u8]) -> Pr
     code.and_then(|s| s.get(..3)?.parse().ok()).map_or(Probe::Empty, Probe::Status)
 }
 
-fn request_tcp(port: u16, request: &[u8], t: Duration) -> Probe {
+/// `GET /ready` on the loopback port.
+pub fn ready_tcp(port: u16, t: Duration) -> Probe {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let s =
-        TcpStream::connect_timeout(&addr, t).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s));
-    exchange(s, request)
-}
-
-pub fn ready_tcp(port: u16, timeout: Duration) -> Probe {
-    request_tcp(port, READY, timeout)
+    exchange(
+        TcpStream::connect_timeout(&addr, t).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)),
+        READY,
+    )
 }
 
 /// `GET /ready` on an API's own Unix socket, bypassing HAProxy.
 pub fn ready_unix(path: &Path, t: Duration) -> Probe {
     exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
-}
-
-/// An unknown project's readiness: `GET /ready` 2xx or, on a 4xx, `POST /fraud-score` 200.
-pub fn ready_or_score(port: u16, timeout: Duration) -> Result<(), String> {
-    match ready_tcp(port, timeout) {
-        ready if ready.ok() => Ok(()),
-        ready @ Probe::Status(400..=499) => match request_tcp(port, &score_request(), timeout) {
-            Probe::Status(200) => Ok(()),
-            score => Err(format!("/ready {ready}, POST /fraud-score {score}")),
-        },
-        other => Err(other.to_string()),
-    }
 }
 
 /// Polls `probe` every 100 ms until it answers 2xx; fails after `limit` with the last answer.
@@ -246,38 +222,5 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
         }
         let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
         assert_eq!(p, Probe::Failed("NotFound".into()));
-    }
-
-    #[test]
-    fn an_external_project_is_ready_on_ready_or_a_scored_request() {
-        // A loopback listener that answers every connection with one canned status line.
-        let serve = |answers: &'static [&'static str]| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = l.local_addr().unwrap().port();
-            std::thread::spawn(move || {
-                for (a, s) in answers.iter().zip(l.incoming()) {
-                    let mut s = s.unwrap();
-                    let _ = s.read(&mut [0; 1024]);
-                    let _ = s.write_all(format!("HTTP/1.1 {a}\r\n\r\n").as_bytes());
-                }
-            });
-            port
-        };
-        let cases: [(&'static [&'static str], Result<(), &str>); 4] = [
-            (&["204 No Content"], Ok(())),
-            (&["404 Not Found", "200 OK"], Ok(())),
-            (&["405 No", "503 No"], Err("/ready 405, POST /fraud-score 503")),
-            (&["502 Bad Gateway"], Err("502")),
-        ];
-        for (answers, want) in cases {
-            let got = ready_or_score(serve(answers), Duration::from_secs(2));
-            assert_eq!(got, want.map_err(String::from), "{answers:?}");
-        }
-        let r = String::from_utf8(score_request()).unwrap();
-        let (head, body) = r.split_once("\r\n\r\n").unwrap();
-        let length = format!("Content-Length: {}", body.len());
-        assert!(head.starts_with("POST /fraud-score HTTP/1.1\r\n") && head.contains(&length));
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert!(v["merchant"]["mcc"] == "5411" && v["last_transaction"].is_null());
     }
 }
