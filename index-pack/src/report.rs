@@ -1,6 +1,7 @@
 //! The JSON lines the workspace's commands end with, as the types the harness (`xtask`,
 //! `measure`) reads them back into: `index-pack build`'s ([`Packed`]), `local-runner verify`'s
-//! ([`Answers`]) and `verify --neighbours`' ([`Neighbours`]). Both sides share these types, so a
+//! ([`Answers`]), `verify --neighbours`' ([`Neighbours`]) and the `search_stats` example's
+//! ([`Searched`]). Both sides share these types, so a
 //! field renamed on one side fails to compile on the other instead of reading as a zero. They
 //! live here because the programs and the harness all depend on this crate, and they add only
 //! serde to it.
@@ -86,5 +87,42 @@ impl Neighbours {
     /// Vector, neighbour and decision differences together.
     pub fn differences(&self) -> u64 {
         self.vector_differences + self.neighbour_differences + self.decision_differences
+    }
+}
+
+/// The spread of one figure over the queries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub mean: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+/// The `search_stats` example's line (`JSON=1`): the request path's search over the public set's
+/// queries, each figure under the name it is printed with ([`Searched::HOT_NS`] and the others).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Searched {
+    pub references: u64,
+    pub queries: u64,
+    pub kernels: String,
+    /// Other memory walked before each query of [`Searched::NS`], KiB.
+    pub evict_kb: u64,
+    pub figures: BTreeMap<String, Spread>,
+}
+
+impl Searched {
+    /// Nanoseconds per query with a hot cache (the best of repeated runs of each).
+    pub const HOT_NS: &str = "hot search ns";
+    /// Nanoseconds per query, `evict_kb` of other memory walked before each.
+    pub const NS: &str = "search ns";
+    pub const ROWS: &str = "rows scanned";
+    pub const BLOCKS: &str = "blocks scanned";
+    pub const BYTES: &str = "bytes touched";
+
+    /// A figure by its name (zeros where the run did not show it).
+    pub fn figure(&self, name: &str) -> Spread {
+        self.figures.get(name).copied().unwrap_or_default()
     }
 }
