@@ -3,7 +3,7 @@
 
 use crate::median;
 use anyhow::{bail, ensure, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
 use xtask::lambda::emulator::{self, Session, Settings};
@@ -29,7 +29,7 @@ pub struct Args {
 /// Queries after each start (figures for the first 1, 10 and this many).
 const QUERIES: usize = 100;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Lazy,
@@ -43,13 +43,19 @@ const FIGURES: &str = "init_report_ms bootstrap_init_ms first_invoke_ms duration
     duration_sum_10_ms duration_sum_n_ms rtt_sum_1_ms rtt_sum_10_ms rtt_sum_n_ms init_plus_n_ms \
     warm_duration_sum_ms rss_file_mb";
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Where [`Start::v`] holds the INIT REPORT, the first 10 queries' `Duration` and the index
+/// pages resident.
+pub const INIT_REPORT_MS: usize = 0;
+pub const FIRST_10_MS: usize = 4;
+pub const RSS_FILE_MB: usize = 11;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Start {
     pub mode: Mode,
     pub v: [f64; 12],
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Summary {
     pub starts: usize,
     pub median: Start,

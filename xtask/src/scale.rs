@@ -142,9 +142,7 @@ fn ship_beside(index: &Path, other: &Path, r: &mut Report) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let binary = dir.join("local-runner");
     std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
-    let shipped = dir.join(index_pack::embed::FILE_NAME);
-    util::copy_atomically(index, &shipped, None)?;
-    util::verify_shipped_index(&shipped, index)?;
+    util::ship_index(index, &dir)?;
     // The same length with the first byte of the footer's CRC32 changed: only the footer tells.
     let mut altered = std::fs::read(index)?;
     let at = altered.len() - index_pack::format::FOOTER_LEN + 12;

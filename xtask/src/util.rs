@@ -130,10 +130,13 @@ pub fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-pub fn sha256_file(path: &Path) -> Result<String> {
+pub fn sha256(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(format!("{:x}", Sha256::digest(&bytes)))
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    Ok(sha256(&std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?))
 }
 
 /// A field of a `/proc/<pid>/status` text in KiB (`VmHWM`, `RssAnon`, ...).
@@ -374,6 +377,16 @@ pub fn copy_atomically(
     }
     std::fs::rename(&tmp, to)
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
+}
+
+/// Ships `artifact` into `dir` under the name a binary built with it in the file form maps
+/// (`index_pack::embed::FILE_NAME`): a copy of its own, never a link (the artifact may be
+/// rewritten, by renaming, while a binary maps the copy), checked in full.
+pub fn ship_index(artifact: &Path, dir: &Path) -> Result<PathBuf> {
+    let to = dir.join(index_pack::embed::FILE_NAME);
+    copy_atomically(artifact, &to, None)?;
+    verify_shipped_index(&to, artifact)?;
+    Ok(to)
 }
 
 /// Reads the artifact file about to be shipped and checks it as the build script checks what it

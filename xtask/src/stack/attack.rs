@@ -214,21 +214,12 @@ fn on_serve(bin: &Path, attack: Attack, seconds: u64) -> Result<Run> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         util::status_kb(&status, "RssAnon").with_context(|| format!("no RssAnon for {pid}"))
     };
-    let benign = benign(served.addr)?;
-    // The benign client's connection is open and warm before the attack.
-    std::thread::sleep(Duration::from_millis(500));
-    let (anon_before, cpu_before) = (anon_kb()?, cpu_ticks(pid)?);
-    let every = Duration::from_millis(50);
-    let peak =
-        Background::every(every, anon_before, move |m| *m = anon_kb().map_or(*m, |v| v.max(*m)));
-    log!("attack serve {}: {seconds} s at {SERVE_CAP} connections", attack.name());
-    let (cap, attacker) = (SERVE_CAP, attack_for(attack, served.addr, SERVE_CAP, seconds)?);
-    let (anon_peak, cpu_s) = (peak.stop(), (cpu_ticks(pid)? - cpu_before) as f64 / 100.0);
-    let benign = benign_stop(benign);
-    let mut r = Run { attack, seconds, cap, attacker, benign, ..Run::default() }.judged();
-    let alive = served.server.try_wait()?.is_none();
-    drop(served);
-    let (before, peak) = (anon_before as f64 / 1024.0, anon_peak as f64 / 1024.0);
+    let (before, cpu_before, every) = (anon_kb()?, cpu_ticks(pid)?, Duration::from_millis(50));
+    let peak = Background::every(every, before, move |m| *m = anon_kb().map_or(*m, |v| v.max(*m)));
+    let mut r = attacked(Target::Serve, attack, served.addr, SERVE_CAP, seconds)?;
+    let (peak, cpu_s) =
+        (peak.stop() as f64 / 1024.0, (cpu_ticks(pid)? - cpu_before) as f64 / 100.0);
+    let (alive, before) = (served.server.try_wait()?.is_none(), before as f64 / 1024.0);
     r.serve = Some(Process { anon_before_mb: before, anon_peak_mb: peak, cpu_s });
     if peak - before > SERVE_GROWTH_MB {
         r.problem(format!(
@@ -253,12 +244,7 @@ fn on_stack(
     // Every server UP again after the last attack (a dead one restarts by itself).
     super::load::wait_all_up(&s.compose, Duration::from_secs(60))?;
     s.restart_counters()?;
-    let benign = benign(addr)?;
-    std::thread::sleep(Duration::from_millis(500));
-    log!("attack stack {}: {seconds} s at {cap} connections on {addr}", attack.name());
-    let attacker = attack_for(attack, addr, cap, seconds)?;
-    let (target, benign) = (Target::Stack, benign_stop(benign));
-    let mut r = Run { target, attack, seconds, cap, attacker, benign, ..Run::default() }.judged();
+    let mut r = attacked(Target::Stack, attack, addr, cap, seconds)?;
     // A container that died has no cgroup to read until it is back.
     r.containers = s.containers().unwrap_or_else(|e| {
         r.problem(format!("containers unreadable ({e:#}): one died"));
@@ -275,6 +261,24 @@ fn on_stack(
         r.problems.extend(c.trouble().map(|t| format!("stack {}: {t}", attack.name())));
     }
     Ok(r)
+}
+
+/// One attack on `addr` with the benign client beside it, judged by what both did.
+fn attacked(
+    target: Target,
+    attack: Attack,
+    addr: SocketAddr,
+    cap: usize,
+    seconds: u64,
+) -> Result<Run> {
+    let benign = benign(addr)?;
+    // The benign client's connection is open and warm before the attack.
+    std::thread::sleep(Duration::from_millis(500));
+    log!("attack {target:?} {}: {seconds} s at {cap} connections on {addr}", attack.name());
+    let attacker = attack_for(attack, addr, cap, seconds)?;
+    let (benign, latencies) = benign.stop();
+    let benign = Benign { latency_ms: Quantiles::of(latencies), ..benign };
+    Ok(Run { target, attack, seconds, cap, attacker, benign, ..Run::default() }.judged())
 }
 
 /// What makes the attacker's run no test: its tool failing, or fewer connections held at once
@@ -386,11 +390,6 @@ fn benign(addr: SocketAddr) -> Result<Background<(Benign, Vec<f64>)>> {
             }
         }
     }))
-}
-
-fn benign_stop(client: Background<(Benign, Vec<f64>)>) -> Benign {
-    let (b, latencies) = client.stop();
-    Benign { latency_ms: Quantiles::of(latencies), ..b }
 }
 
 /// HAProxy's port 9999 on the stack's own network: where a client of another machine lands
