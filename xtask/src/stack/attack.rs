@@ -31,10 +31,8 @@ use std::time::{Duration, Instant};
 
 /// `local-runner serve`'s default `--max-connections`.
 const SERVE_CAP: usize = 1024;
-/// The bounds of the gate.
+/// The bounds of the gate (and [`Target::max_p99_ms`]).
 const SERVE_GROWTH_MB: f64 = 32.0;
-const SERVE_P99_MS: f64 = 10.0;
-const STACK_P99_MS: f64 = 100.0;
 const STACK_PEAK_SHARE: f64 = 0.8;
 /// The least share of the cap the attacker must hold at once: the benign client holds one of
 /// the connections, and slowhttptest counts once a second.
@@ -67,6 +65,16 @@ enum Target {
     #[default]
     Serve,
     Stack,
+}
+
+impl Target {
+    /// The bound of the benign client's p99.
+    fn max_p99_ms(self) -> f64 {
+        match self {
+            Target::Serve => 10.0,
+            Target::Stack => 100.0,
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -150,7 +158,7 @@ struct Process {
 impl Run {
     /// Judges what the attacker and the benign client did.
     fn judged(mut self) -> Run {
-        let max_p99 = if self.target == Target::Serve { SERVE_P99_MS } else { STACK_P99_MS };
+        let max_p99 = self.target.max_p99_ms();
         let (a, b) = (&self.attacker, &self.benign);
         let found = [attacker_problems(a, self.cap), benign_problems(b, max_p99)].concat();
         found.into_iter().for_each(|p| self.problem(p));
@@ -538,7 +546,7 @@ mod tests {
         );
         let few = "stack flood: the attacker held 400 connections at once, under 502 (98 % of the cap 512)";
         assert_eq!(run(Target::Stack, 512, 400, benign(0, 0.4)), [few]);
-        assert_eq!(benign_problems(&Benign::default(), STACK_P99_MS).len(), 1);
+        assert_eq!(benign_problems(&Benign::default(), 100.0).len(), 1);
     }
 
     #[test]

@@ -14,51 +14,31 @@ use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
-/// What a probe got: an HTTP status, a connection closed without one, or the I/O error's kind.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Probe {
-    Status(u16),
-    Empty,
-    Failed(String),
-}
+/// What a probe got: an HTTP status, or why there is none (`empty`: the connection closed
+/// without one; else the I/O error's kind).
+pub type Probe = Result<u16, String>;
 
-impl Probe {
-    /// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
-    pub fn ok(&self) -> bool {
-        matches!(self, Probe::Status(200..=299))
-    }
-}
-
-impl std::fmt::Display for Probe {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Probe::Status(s) => write!(f, "{s}"),
-            Probe::Empty => write!(f, "empty"),
-            Probe::Failed(k) => write!(f, "{k}"),
-        }
-    }
+/// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
+pub fn ok(p: &Probe) -> bool {
+    matches!(p, Ok(200..=299))
 }
 
 /// The status of the answer to `request` on a new connection (its read timeout set).
 fn exchange(connected: std::io::Result<impl Read + Write>, request: &[u8]) -> Probe {
-    let failed = |e: std::io::Error| Probe::Failed(format!("{:?}", e.kind()));
-    let mut stream = match connected.and_then(|mut s| s.write_all(request).map(|()| s)) {
-        Ok(s) => s,
-        Err(e) => return failed(e),
-    };
+    let failed = |e: std::io::Error| format!("{:?}", e.kind());
+    let mut stream =
+        connected.and_then(|mut s| s.write_all(request).map(|()| s)).map_err(failed)?;
     let (mut buf, mut n) = ([0u8; 64], 0);
     while n < buf.len() && !buf[..n].contains(&b'\n') {
-        match stream.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) => return failed(e),
+        match stream.read(&mut buf[n..]).map_err(failed)? {
+            0 => break,
+            k => n += k,
         }
     }
     // "HTTP/1.1 200 OK"
     let line = std::str::from_utf8(&buf[..n]).unwrap_or("");
     let code = line.strip_prefix("HTTP/1.1 ").or(line.strip_prefix("HTTP/1.0 "));
-    code.and_then(|s| s.get(..3)?.parse().ok()).map_or(Probe::Empty, Probe::Status)
+    code.and_then(|s| s.get(..3)?.parse().ok()).ok_or("empty".into())
 }
 
 /// `GET /ready` on the loopback port.
@@ -79,7 +59,7 @@ pub fn ready_unix(path: &Path, t: Duration) -> Probe {
 pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Result<()> {
     util::poll(&format!("{what}: /ready 2xx"), limit, Duration::from_millis(100), || {
         let p = probe();
-        Ok(if p.ok() { Ok(()) } else { Err(p.to_string()) })
+        Ok(if ok(&p) { Ok(()) } else { Err(p.map_or_else(|e| e, |s| s.to_string())) })
     })
 }
 
@@ -211,16 +191,16 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
             exchange(Ok(ours), READY)
         };
         let cases: [(&[u8], Probe, bool); 4] = [
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", Probe::Status(200), true),
-            (b"HTTP/1.1 503 Service Unavailable\r\n", Probe::Status(503), false),
-            (b"HTTP/1.1 204 No Content\r\n\r\n", Probe::Status(204), true),
-            (b"", Probe::Empty, false),
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", Ok(200), true),
+            (b"HTTP/1.1 503 Service Unavailable\r\n", Ok(503), false),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", Ok(204), true),
+            (b"", Err("empty".into()), false),
         ];
-        for (answer, want, ok) in cases {
+        for (answer, want, ready) in cases {
             let got = status(answer);
-            assert_eq!((got.ok(), got.to_string()), (ok, want.to_string()));
+            assert_eq!((ok(&got), got), (ready, want));
         }
         let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
-        assert_eq!(p, Probe::Failed("NotFound".into()));
+        assert_eq!(p, Err("NotFound".into()));
     }
 }
