@@ -193,13 +193,7 @@ fn serving(c: &Compose) -> Result<()> {
     );
     log!("{}: external compose, run as is: our stack check is skipped ({limits})", c.project);
     let n = c.services()?.len();
-    // No connection kept: each probe is a new one, for the balancer to pass on.
-    let config = ureq::Agent::config_builder().max_idle_connections(0);
-    let agent: ureq::Agent = config
-        .timeout_global(Some(Duration::from_millis(500)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = probe_agent();
     for i in 1..=n {
         let (limit, every) = (Duration::from_secs(90), Duration::from_millis(100));
         util::poll(&format!("port 9999 ({i} of {n})"), limit, every, || {
@@ -207,6 +201,12 @@ fn serving(c: &Compose) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// A client that keeps no connection: each probe is a new one, for the balancer to pass on.
+fn probe_agent() -> ureq::Agent {
+    let config = ureq::Agent::config_builder().max_idle_connections(0).http_status_as_error(false);
+    config.timeout_global(Some(Duration::from_millis(500))).build().into()
 }
 
 /// The contest documentation's first worked example (5 legit neighbours, approved).
@@ -488,7 +488,7 @@ mod tests {
             });
             format!("http://127.0.0.1:{port}")
         };
-        let agent = util::http_agent(Duration::from_secs(2));
+        let agent = probe_agent();
         let cases: [(&'static [&'static str], Result<(), &str>); 4] = [
             (&["204 No Content"], Ok(())),
             (&["404 Not Found", "200 OK"], Ok(())),
