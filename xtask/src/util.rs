@@ -221,15 +221,12 @@ impl Served {
         let e = duct::cmd!(local_runner, "serve", "--listen", addr.to_string());
         let s = Served { addr, server: to_log(e, log).start()? };
         let (agent, url) = (http_agent(Duration::from_secs(2)), s.url("/ready"));
-        poll(
-            "local-runner serve ready",
-            Duration::from_secs(60),
-            Duration::from_millis(100),
-            || {
-                let status = agent.get(&url).call().map(|r| r.status()).map_err(|e| e.to_string());
-                Ok(status.and_then(|s| (s == 200).then_some(()).ok_or(s.to_string())))
-            },
-        )?;
+        let ready = || match agent.get(&url).call() {
+            Ok(r) if r.status() == 200 => Ok(Ok(())),
+            answer => Ok(Err(answer.map_or_else(|e| e.to_string(), |r| r.status().to_string()))),
+        };
+        let limit = Duration::from_secs(60);
+        poll("local-runner serve ready", limit, Duration::from_millis(100), ready)?;
         Ok(s)
     }
 

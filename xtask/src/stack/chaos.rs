@@ -131,13 +131,7 @@ pub fn run(a: Args) -> Result<()> {
 /// One k6 run with `victim` killed `FIRST_KILL_S` s in: the kill's time, failures, summary.
 fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = s.base.with_extension(victim);
-    let env = [
-        ("MODE", "steady".into()),
-        ("RATE", rate.to_string()),
-        ("DURATION", SECONDS.to_string()),
-        ("LOG_FAILURES", "1".into()),
-    ];
-    let k6 = k6::start("resilience.js", &env, &base)?;
+    let k6 = k6::steady(rate, SECONDS, &[("LOG_FAILURES", "1".into())], &base)?;
     // The kill counts from the first requests (k6 first loads the test set for a few seconds).
     let t_traffic = wait_traffic(&s.compose)?;
     std::thread::sleep(Duration::from_millis(

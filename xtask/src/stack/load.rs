@@ -5,7 +5,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
-use super::probe::{sample, Sample, State};
+use super::probe::{sample, Monitor, State};
 use super::{check, Common};
 use crate::util::{self, log, Background};
 use anyhow::{Context, Result};
@@ -122,18 +122,13 @@ impl Session {
 
     /// Samples the stack every `interval` until stopped, each sample also a JSON line of
     /// `<base>.monitor.jsonl`.
-    pub fn monitor(
-        &self,
-        interval: Duration,
-        probe: bool,
-        memory: bool,
-    ) -> Result<Background<Vec<Sample>>> {
+    pub fn monitor(&self, every: Duration, probe: bool, memory: bool) -> Result<Monitor> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
         let memory: Vec<_> = memory.collect();
         let file = std::fs::File::create(self.base.with_extension("monitor.jsonl"))?;
         let mut out = std::io::LineWriter::new(file);
-        Ok(Background::every(interval, vec![], move |all| {
+        Ok(Background::every(every, vec![], move |all| {
             let s = sample(&socket_dir, &apis, probe, &memory);
             let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
             all.push(s);
@@ -244,11 +239,7 @@ impl LoadRun {
 
 /// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run is also
 /// written as JSON.
-pub fn load_run(
-    config: &str,
-    compose: &Compose,
-    env: &[(&'static str, String)],
-) -> Result<LoadRun> {
+pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRun> {
     let mode = env.iter().find(|(k, _)| *k == "MODE").map_or("", |(_, v)| v.as_str());
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
     log!("{config}: k6 {mode} run (load {})", s.load_start);

@@ -112,6 +112,9 @@ pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
     parse_stat(&text)
 }
 
+/// The stack's samples, every so often on a thread of their own until stopped.
+pub type Monitor = util::Background<Vec<Sample>>;
+
 /// The stack at one moment (Unix ms): HAProxy's rows, each API's `/ready`, port 9999, memory MB.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Sample {
