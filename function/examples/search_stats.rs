@@ -97,7 +97,13 @@ fn main() {
         println!(
             "{name:<16} mean {mean:>8}  p50 {p50:>8}  p90 {p90:>8}  p99 {p99:>8}  max {max:>8}"
         );
-        let spread = Spread { mean, p50, p90, p99, max };
+        let spread = Spread {
+            mean,
+            p50,
+            p90,
+            p99,
+            max,
+        };
         shown.borrow_mut().insert(name.to_string(), spread);
     };
     println!(
