@@ -145,12 +145,15 @@ impl Remote for Fanout {
     }
 }
 
-/// A client of the Invoke API for one shard: its endpoint, the environment's credentials and
-/// region, no retries (a retry would double a slow shard's time; the front's caller retries the
-/// request if it wants).
-fn client(target: &ShardTarget) -> aws_sdk_lambda::Client {
+/// The AWS SDK configuration of a caller inside a Lambda function (the front, the deployment
+/// hook): credentials and region from the environment (the function's role; placeholders for an
+/// emulator, which checks no signature; `us-east-1` when no region is set), HTTPS by rustls,
+/// no retries (a retry would double a slow call's time; the caller's caller retries if it
+/// wants), and `endpoint` for another endpoint than AWS's (an emulator, a stand-in).
+pub fn aws_config(endpoint: Option<&str>) -> aws_types::SdkConfig {
+    use aws_sdk_lambda::config::{retry::RetryConfig, SharedCredentialsProvider};
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    // An emulator does not check signatures; AWS's Invoke API needs the role's credentials.
     let credentials = Credentials::new(
         env("AWS_ACCESS_KEY_ID").unwrap_or_else(|| "local".into()),
         env("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|| "local".into()),
@@ -161,15 +164,24 @@ fn client(target: &ShardTarget) -> aws_sdk_lambda::Client {
     let region = env("AWS_REGION")
         .or_else(|| env("AWS_DEFAULT_REGION"))
         .unwrap_or_else(|| "us-east-1".into());
-    let mut config = aws_sdk_lambda::Config::builder()
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let mut b = aws_types::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region))
-        .credentials_provider(credentials)
-        .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled());
-    if let Some(e) = &target.endpoint {
-        config = config.endpoint_url(e);
+        .credentials_provider(SharedCredentialsProvider::new(credentials))
+        .http_client(https)
+        .retry_config(RetryConfig::disabled());
+    if let Some(e) = endpoint {
+        b = b.endpoint_url(e);
     }
-    aws_sdk_lambda::Client::from_conf(config.build())
+    b.build()
+}
+
+/// A client of the Invoke API for one shard.
+fn client(target: &ShardTarget) -> aws_sdk_lambda::Client {
+    aws_sdk_lambda::Client::new(&aws_config(target.endpoint.as_deref()))
 }
 
 /// Invokes every shard at once with the query and merges their answers; the first failure (in

@@ -10,6 +10,7 @@
 
 use function::search::{SearchParams, Searcher};
 use function::{payload, vector};
+use index_pack::report::{Searched, Spread};
 use std::io::Read;
 use std::time::Instant;
 
@@ -85,8 +86,8 @@ fn main() {
             replayed.push(st.replayed as u64);
         }
     }
-    // Every figure shown, for the JSON line: name -> (mean, p50, p90, p99, max).
-    let shown = std::cell::RefCell::new(serde_json::Map::new());
+    // Every figure shown, for the JSON line.
+    let shown = std::cell::RefCell::new(std::collections::BTreeMap::new());
     let show = |name: &str, v: &mut Vec<u64>| {
         v.sort_unstable();
         let p = |x: f64| v[((v.len() as f64 * x) as usize).min(v.len() - 1)];
@@ -96,9 +97,14 @@ fn main() {
         println!(
             "{name:<16} mean {mean:>8}  p50 {p50:>8}  p90 {p90:>8}  p99 {p99:>8}  max {max:>8}"
         );
-        let figures =
-            serde_json::json!({"mean": mean, "p50": p50, "p90": p90, "p99": p99, "max": max});
-        shown.borrow_mut().insert(name.to_string(), figures);
+        let spread = Spread {
+            mean,
+            p50,
+            p90,
+            p99,
+            max,
+        };
+        shown.borrow_mut().insert(name.to_string(), spread);
     };
     println!(
         "park {park}, prefetch {prefetch}, kernels {}",
@@ -122,7 +128,7 @@ fn main() {
             .unwrap();
         hot.push(best);
     }
-    show("hot search ns", &mut hot);
+    show(Searched::HOT_NS, &mut hot);
     if std::env::args().nth(3).is_some_and(|a| a == "hot") {
         return;
     }
@@ -156,23 +162,23 @@ fn main() {
         .collect();
     show("serde+vector ns", &mut serde);
     show("parse+vector ns", &mut parse);
-    show("search ns", &mut search);
+    show(Searched::NS, &mut search);
     show("nodes expanded", &mut nodes);
-    show("blocks scanned", &mut blocks);
-    show("rows scanned", &mut rows);
+    show(Searched::BLOCKS, &mut blocks);
+    show(Searched::ROWS, &mut rows);
     show("boxes tested", &mut boxes);
-    show("bytes touched", &mut bytes);
+    show(Searched::BYTES, &mut bytes);
     show("parked", &mut parked);
     show("replayed", &mut replayed);
     if std::env::var_os("JSON").is_some() {
-        let figures = serde_json::json!({
-            "references": idx.header.n_refs.to_native(),
-            "queries": bodies.len(),
-            "kernels": searcher.kernels_name(),
-            "evict_kb": evict.len() >> 10,
-            "figures": shown.borrow().clone(),
-        });
-        println!("{figures}");
+        let searched = Searched {
+            references: idx.header.n_refs.to_native().into(),
+            queries: bodies.len() as u64,
+            kernels: searcher.kernels_name().to_string(),
+            evict_kb: (evict.len() >> 10) as u64,
+            figures: shown.borrow().clone(),
+        };
+        println!("{}", serde_json::to_string(&searched).unwrap());
         return;
     }
     // The search time by vote: a mixed vote needs the boundary between the labels explored.

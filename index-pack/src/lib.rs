@@ -8,6 +8,8 @@
 //!   an artifact in place (zero-copy) for the search in the `function` crate.
 //! - [`codec`]: the two scalar codecs, exact `i16` (value x 10000) and lossy `fp16`.
 //! - [`layout`]: references + centroids + assignment -> lists, k-d blocks and bounds (pure).
+//! - [`report`]: the JSON lines `index-pack build` and `local-runner verify` end with, as the
+//!   harness reads them.
 //! - `source` and `train` (feature `pack`): streaming the contest JSON with its SHA-256 check,
 //!   and faiss k-means for the coarse centroids.
 //!
@@ -25,12 +27,14 @@ pub mod codec;
 pub mod embed;
 pub mod format;
 pub mod layout;
+pub mod report;
 #[cfg(feature = "pack")]
 pub mod source;
 #[cfg(feature = "pack")]
 pub mod train;
 
 pub use format::{CodecKind, FormatError};
+pub use report::Phases;
 
 /// Everything that determines an artifact besides the references.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,17 +74,6 @@ impl Default for PackOptions {
             part: format::Part::Whole,
         }
     }
-}
-
-/// Seconds each phase of packing took (`index-pack build` prints them).
-#[cfg(feature = "pack")]
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct Phases {
-    pub read_s: f64,
-    pub kmeans_s: f64,
-    pub assign_s: f64,
-    pub layout_s: f64,
-    pub write_s: f64,
 }
 
 /// Trains the cells, assigns the references and lays the index out, timing each phase.

@@ -415,11 +415,17 @@ fn build(
          {peak_rss_mb:.0} MB",
         output.display(),
     );
-    let report = serde_json::json!({
-        "artifact": output, "sha256": sha256, "bytes": bytes, "references": n,
-        "cells": opts.cells, "phases_s": phases, "total_s": total_s, "peak_rss_mb": peak_rss_mb,
-    });
-    println!("{report}");
+    let report = index_pack::report::Packed {
+        artifact: output.to_path_buf(),
+        sha256,
+        bytes: bytes as u64,
+        references: n as u64,
+        cells: opts.cells,
+        phases_s: phases,
+        total_s,
+        peak_rss_mb,
+    };
+    println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
 

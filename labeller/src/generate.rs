@@ -328,8 +328,40 @@ mod tests {
         assert!((3_600..4_400).contains(&sentinel), "{sentinel}");
         assert!(legit_ratio > 10_000, "{legit_ratio}");
         assert!(text.starts_with(r#"[{"vector":["#) && text.ends_with("}]\n"));
-        // Payloads still draw as before (the committed final-shape set was made from them).
-        assert_eq!(payloads(3, 2026), payloads(3, 2026));
+    }
+
+    /// The committed final-shape set (tests/data/README.md: `generate-csv --count 72100 --seed
+    /// 20260622`) is pinned, and this generator still draws its payloads: a change to the draws
+    /// fails here instead of leaving the set unreproducible.
+    #[test]
+    fn the_committed_final_shape_set_is_pinned_and_still_drawn() {
+        use sha2::Digest;
+        use std::io::Read;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/final-test-data.csv.gz"
+        );
+        let gz = std::fs::read(path).unwrap();
+        let sha256 = format!("{:x}", sha2::Sha256::digest(&gz));
+        assert_eq!(
+            sha256,
+            "0b1e48ae58e31538859862b5cdfcbf6bd8091a9c364fee07c771583ae7208fe7"
+        );
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        // The statistics line and the header, then one row per payload in the order drawn: the
+        // first N rows are `payloads(N, seed)`, whatever the count.
+        let rows: Vec<&str> = text.lines().skip(2).take(300).collect();
+        let drawn = payloads(rows.len(), 20260622);
+        // The request columns: all but the last two (the labeller's answer).
+        let request = |row: &str| row.rsplitn(3, ',').nth(2).unwrap().to_string();
+        for (i, (row, body)) in rows.iter().zip(&drawn).enumerate() {
+            let written = crate::csv::row(body, 0).unwrap();
+            assert_eq!(request(row), request(&written), "row {i}");
+        }
+        assert_eq!(rows.len(), 300);
     }
 
     #[test]

@@ -61,10 +61,10 @@ pub fn body_for(q: &Query) -> Option<String> {
     let (y, m, d) = MONDAY;
     let day = d + weekday;
     let requested = format!("{y:04}-{m:02}-{day:02}T{hour:02}:00:00Z");
+    let (none5, none6) = (q[5] == -1.0, q[6] == -1.0);
     let last = match (q[5], q[6]) {
-        (v5, v6) if v5 == -1.0 && v6 == -1.0 => "null".to_string(),
-        (v5, _) if v5 == -1.0 => return None,
-        (_, v6) if v6 == -1.0 => return None,
+        _ if none5 && none6 => "null".to_string(),
+        _ if none5 || none6 => return None,
         (v5, v6) => {
             // The seconds back, to the millisecond, from the requested hour.
             let back_ms = (v5 * 86_400_000.0).round() as i64;

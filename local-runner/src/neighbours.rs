@@ -25,8 +25,6 @@ use function::{payload, vector, Searcher};
 use index_pack::format::{hex, ArchivedPart};
 use labeller::adversarial::{self, Kind};
 use labeller::{scan, Query};
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -121,29 +119,8 @@ pub struct Args {
     pub seed: u64,
 }
 
-/// The summary line; its keys are part of the interface.
-#[derive(Serialize, Debug, Default)]
-pub struct Report {
-    /// Queries whose neighbours were compared.
-    pub compared: u64,
-    pub public: u64,
-    pub generated: u64,
-    pub adversarial: u64,
-    /// Adversarial queries by kind.
-    pub adversarial_kinds: BTreeMap<&'static str, u64>,
-    /// Bodies both the scorer and the labeller refuse (nothing to compare).
-    pub refused_by_both: u64,
-    pub vector_differences: u64,
-    pub neighbour_differences: u64,
-    /// Queries where the fraud count differs (a different answer).
-    pub decision_differences: u64,
-    /// Compared queries whose 5th and 6th nearest references are at equal distance.
-    pub ties_across_fifth: u64,
-    /// Of those, the ones where the labeller's f64 distances put a later reference of the
-    /// file ahead of an earlier one (file order alone would answer differently).
-    pub ties_decided_by_f64: u64,
-    pub wall_s: f64,
-}
+/// The summary line (its keys are part of the interface: the harness reads it as this type).
+pub use index_pack::report::Neighbours as Report;
 
 /// Where a query came from, for messages.
 #[derive(Clone, Copy, Debug)]
@@ -279,7 +256,10 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
     if args.adversarial > 0 {
         let built = adversarial::queries(&refs, args.adversarial, args.seed, threads);
         for (i, (kind, k)) in built.iter().enumerate() {
-            *report.adversarial_kinds.entry(kind.name()).or_default() += 1;
+            *report
+                .adversarial_kinds
+                .entry(kind.name().into())
+                .or_default() += 1;
             let fixed = k.map(|x| x as i16);
             cases.push(Case {
                 source: Source::Adversarial(*kind, i),

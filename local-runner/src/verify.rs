@@ -11,7 +11,7 @@
 
 use anyhow::{bail, Context, Result};
 use function::{Readiness, Request, Scorer};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::io::Read;
 use std::path::Path;
@@ -41,21 +41,8 @@ struct Answer {
     fraud_score: f64,
 }
 
-/// The summary line; its keys are part of the interface.
-#[derive(Serialize, Debug, Default, PartialEq)]
-pub struct Report {
-    pub total: u64,
-    pub tp: u64,
-    pub tn: u64,
-    pub fp: u64,
-    #[serde(rename = "fn")]
-    pub fn_: u64,
-    pub errors: u64,
-    pub score_mismatches: u64,
-    pub detection_score: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-}
+/// The summary line (its keys are part of the interface: the harness reads it as this type).
+pub use index_pack::report::Answers as Report;
 
 /// The contest's detection score for N requests.
 pub fn detection_score(n: u64, fp: u64, fn_: u64, errors: u64) -> f64 {

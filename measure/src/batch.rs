@@ -1,16 +1,19 @@
 //! `cargo measure batch` (`run`, `floor`: a batch of one): configurations of the contest stack
 //! in alternated rounds (drift hits them alike), every run's table, medians and a chart.
 
+use crate::median;
 use crate::plot::{self, Series};
 use anyhow::{ensure, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde::Serialize;
+use std::path::Path;
 use std::path::PathBuf;
-use xtask::stack::compose::Compose;
+use std::time::Duration;
+use xtask::stack::compose::{self, Compose};
 use xtask::stack::k6::{self, Window};
 use xtask::stack::load::{load_run, LoadRun};
-use xtask::stack::{self, Common, Shape};
-use xtask::util::{self, log, median, root};
+use xtask::stack::{self, check, Common};
+use xtask::util::{self, log, root};
 
 /// The bound: the stack with APIs that answer a constant 200 (`local-runner serve --no-work`).
 pub const BOUND: &str = "docker/bound.yml";
@@ -36,6 +39,51 @@ pub struct Args {
     shape: Shape,
     #[command(flatten)]
     common: Common,
+}
+
+/// The load shape of a run of `k6/fraud-test.js`.
+#[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq)]
+pub struct Shape {
+    /// `final`: the contest's final ramp over tests/data/final-test-data.csv.gz (~100 s);
+    /// `preview`: 1 -> 900 req/s over 120 s, the public set; `smoke`: --rate for --seconds.
+    #[arg(long, value_enum, default_value = "final")]
+    shape: Kind,
+    /// Requests per second of `--shape smoke`.
+    #[arg(long, default_value_t = stack::SMOKE_RATE)]
+    rate: u32,
+    /// Seconds of `--shape smoke`.
+    #[arg(long, default_value_t = 15)]
+    seconds: u32,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Kind {
+    #[default]
+    Final,
+    Preview,
+    Smoke,
+}
+
+impl Shape {
+    /// k6's environment: the script's MODE and its test set.
+    fn env(&self) -> Result<Vec<(&'static str, String)>> {
+        let (mode, set) = match self.shape {
+            Kind::Final => ("final", "tests/data/final-test-data.csv.gz"),
+            Kind::Preview => ("full", util::TEST_SET),
+            Kind::Smoke => ("smoke", util::TEST_SET),
+        };
+        let mut env = vec![
+            ("MODE", mode.to_string()),
+            ("TEST_DATA", k6::test_data(set)?.display().to_string()),
+        ];
+        if self.shape == Kind::Smoke {
+            env.extend([
+                ("RATE", self.rate.to_string()),
+                ("DURATION", format!("{}s", self.seconds)),
+            ]);
+        }
+        Ok(env)
+    }
 }
 
 /// Ours: HAProxy answering by itself, [`BOUND`], the contest stack.
@@ -99,10 +147,13 @@ impl Configuration {
     /// The compose project, with `extra` (the batch's `-f` files) where it applies.
     fn compose(&self, extra: &[PathBuf]) -> Compose {
         match self {
-            Configuration::Floor => Compose::floor(),
+            Configuration::Floor => {
+                let dir = root().join("docker");
+                Compose::ours("fraudfloor", dir.clone(), vec![dir.join("compose.floor.yml")], &[])
+            }
             Configuration::Stack => Compose::stack(extra),
             Variant(n) => Compose::stack(&[extra, std::slice::from_ref(&n.file)].concat()),
-            External(n) => Compose::external(&n.name, &n.file),
+            External(n) => external(&n.name, &n.file),
         }
     }
 
@@ -118,6 +169,66 @@ impl Configuration {
             }
             _ => format!("`{}`", self.name()),
         }
+    }
+}
+
+/// A project from elsewhere, as `fraud<name>` (what compose keeps of it), run from its file's
+/// directory as it is (the batch's `-f` overrides do not reach it).
+fn external(name: &str, file: &Path) -> Compose {
+    let keep = |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_';
+    let project: String =
+        format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
+    let file = compose::absolute(file);
+    let dir = file.parent().map_or_else(root, Path::to_path_buf);
+    Compose { external: Some(serving), ..Compose::ours(&project, dir, vec![file], &[]) }
+}
+
+/// An external project serves when port 9999 has answered once per service (so that a
+/// round-robin balancer passed a probe to each API): the limits it sets are only logged.
+fn serving(c: &Compose) -> Result<()> {
+    let limits = c.config().and_then(|yaml| check::rules(&yaml));
+    let limits = limits.map_or_else(
+        |e| format!("limits unreadable: {e:#}"),
+        |r| format!("limits sum {:.2} CPU, {:.0} MB", r.cpus, r.memory_mb),
+    );
+    log!("{}: external compose, run as is: our stack check is skipped ({limits})", c.project);
+    let n = c.services()?.len();
+    let agent = probe_agent();
+    for i in 1..=n {
+        let (limit, every) = (Duration::from_secs(90), Duration::from_millis(100));
+        util::poll(&format!("port 9999 ({i} of {n})"), limit, every, || {
+            Ok(ready_or_score(&agent, "http://127.0.0.1:9999"))
+        })?;
+    }
+    Ok(())
+}
+
+/// A client that keeps no connection: each probe is a new one, for the balancer to pass on.
+fn probe_agent() -> ureq::Agent {
+    let config = ureq::Agent::config_builder().max_idle_connections(0).http_status_as_error(false);
+    config.timeout_global(Some(Duration::from_millis(500))).build().into()
+}
+
+/// The contest documentation's first worked example (5 legit neighbours, approved).
+const SAMPLE: &str = r#"{"id":"tx-xtask-ready","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
+
+/// An unknown project's readiness: `GET /ready` 2xx or, on a 4xx, `POST /fraud-score` 200.
+fn ready_or_score(agent: &ureq::Agent, base: &str) -> Result<(), String> {
+    type Answer = Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+    let status = |a: Answer| a.map(|r| r.status().as_u16()).map_err(|e| e.to_string());
+    match status(agent.get(format!("{base}/ready")).call())? {
+        200..=299 => Ok(()),
+        ready @ 400..=499 => {
+            let post = agent.post(format!("{base}/fraud-score")).content_type("application/json");
+            match status(post.send(SAMPLE)) {
+                Ok(200) => Ok(()),
+                score => {
+                    let score = score.map_or_else(|e| e, |s| s.to_string());
+                    Err(format!("/ready {ready}, POST /fraud-score {score}"))
+                }
+            }
+        }
+        other => Err(other.to_string()),
     }
 }
 
@@ -228,7 +339,7 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
         log!("round {round}/{}: {}", a.runs, c.name());
-        match load_run(c.name(), &c.compose(&a.common.overrides), a.shape) {
+        match load_run(c.name(), &c.compose(&a.common.overrides), &a.shape.env()?) {
             Ok(r) => runs.push(r),
             Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }
@@ -329,12 +440,67 @@ mod tests {
             ["`bound` (`docker/bound.yml`)", "`floor`", "`one` (`x/one.yml`)"]
         );
         // An external project is run as it is: the batch's `-f` overrides do not reach it.
-        let got = (peer.project.as_str(), peer.files.len(), peer.dir.to_str(), peer.layout);
+        let got =
+            (peer.project.as_str(), peer.files.len(), peer.dir.to_str(), peer.external.is_some());
+        assert_eq!(got, ("fraudpeer", 1, Some("/work/peer"), true));
+        let dotted = external("Peer.2", Path::new("/x/peer/compose.yml"));
         assert_eq!(
-            got,
-            ("fraudpeer", 1, Some("/work/peer"), xtask::stack::compose::Layout::External)
+            (dotted.project.as_str(), dotted.dir.as_path()),
+            ("fraudpeer2", Path::new("/x/peer"))
         );
         assert!(described[3].contains("external compose `/work/peer/compose.yml`, run as is"));
+    }
+
+    #[test]
+    fn the_load_shape_is_typed() {
+        let env = |argv: &str| {
+            let e = stack::parse::<Shape>(argv).unwrap().env().unwrap();
+            util::list(e, |(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
+        };
+        let cases = [
+            ("", "MODE=final, TEST_DATA=final-test-data.csv"),
+            ("--shape preview", "MODE=full, TEST_DATA=test-data.json"),
+            (
+                "--shape smoke --rate 900 --seconds 20",
+                "MODE=smoke, TEST_DATA=test-data.json, RATE=900, DURATION=20s",
+            ),
+        ];
+        for (argv, want) in cases {
+            assert_eq!(env(argv), want);
+        }
+        assert!(stack::parse::<Shape>("--shape fast").is_err());
+    }
+
+    #[test]
+    fn an_external_project_is_ready_on_ready_or_a_scored_request() {
+        use std::io::{Read, Write};
+        // A loopback listener that answers every connection with one canned status line.
+        let serve = |answers: &'static [&'static str]| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            std::thread::spawn(move || {
+                for (a, s) in answers.iter().zip(l.incoming()) {
+                    let mut s = s.unwrap();
+                    let _ = s.read(&mut [0; 1024]);
+                    let _ = s
+                        .write_all(format!("HTTP/1.1 {a}\r\ncontent-length: 0\r\n\r\n").as_bytes());
+                }
+            });
+            format!("http://127.0.0.1:{port}")
+        };
+        let agent = probe_agent();
+        let cases: [(&'static [&'static str], Result<(), &str>); 4] = [
+            (&["204 No Content"], Ok(())),
+            (&["404 Not Found", "200 OK"], Ok(())),
+            (&["405 No", "503 No"], Err("/ready 405, POST /fraud-score 503")),
+            (&["502 Bad Gateway"], Err("502")),
+        ];
+        for (answers, want) in cases {
+            let got = ready_or_score(&agent, &serve(answers));
+            assert_eq!(got, want.map_err(String::from), "{answers:?}");
+        }
+        let v: serde_json::Value = serde_json::from_str(SAMPLE).unwrap();
+        assert!(v["merchant"]["mcc"] == "5411" && v["last_transaction"].is_null());
     }
 
     #[test]

@@ -10,8 +10,9 @@ mod sam_local;
 mod scale;
 
 use anyhow::Result;
+use batch::Shape;
 use clap::{Parser, Subcommand};
-use xtask::stack::{Common, Shape};
+use xtask::stack::Common;
 
 #[derive(Parser)]
 #[command(about = "The fraud scorer's instruments: stack batches, Lambda cold starts, benchmarks")]
@@ -54,6 +55,16 @@ enum Command {
     ShippedBuild,
 }
 
+/// The middle value, the mean of the two middle ones for an even count (NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 fn main() -> Result<()> {
     xtask::util::absolute_target_dir()?;
     match Cli::parse().command {
@@ -76,5 +87,8 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+        let median = super::median;
+        assert_eq!([median(vec![3.0, 1.0, 2.0]), median(vec![4.0, 1.0, 2.0, 3.0])], [2.0, 2.5]);
+        assert!(median(vec![]).is_nan());
     }
 }

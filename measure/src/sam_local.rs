@@ -5,7 +5,6 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use xtask::lambda::emulator;
 use xtask::lambda::events::{self, Answer, Case, Expect};
 use xtask::lambda::sam::{Tools, FUNCTION};
 use xtask::util::{self, log, ScratchImage};
@@ -167,7 +166,7 @@ fn start_api(tools: &Tools) -> Result<String> {
     t["Resources"][FUNCTION]["Properties"]["Events"] = yaml_serde::to_value(events)?;
     let template = build.join("template-start-api.yaml");
     std::fs::write(&template, yaml_serde::to_string(&t)?)?;
-    let port = emulator::free_port()?.port().to_string();
+    let port = util::free_port()?.port().to_string();
     let fixed = ["local", "start-api", "--host", "127.0.0.1", "--port", &port, "--template"];
     let args = [&fixed[..], &[template.to_str().context("path")?], &BASE].concat();
     let log = util::xtask_dir("lambda")?.join("start-api.log");

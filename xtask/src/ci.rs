@@ -24,86 +24,60 @@ pub struct Args {
     quick: bool,
 }
 
-/// What runs a step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Program {
-    /// `cargo <args>`.
-    Cargo,
-    /// `cargo <args[0]> --profile ci --workspace --all-features <args[1..]>`, linted
-    /// (`util::cargo_workspace`): the same units as the workspace build.
-    Workspace,
-    /// This binary again (`cargo xtask <args>`).
-    Xtask,
-}
-
-#[derive(Debug)]
-struct Step {
-    name: &'static str,
-    program: Program,
-    args: Vec<String>,
-}
-
-impl Step {
-    /// The step's command, run in the workspace root. Cargo is named as a string, so that it is
-    /// looked up on PATH (duct runs a one-component `Path` from the working directory).
-    fn command(&self, me: &Path) -> duct::Expression {
-        match self.program {
-            Program::Cargo => duct::cmd("cargo", &self.args),
-            Program::Workspace => {
-                let rest: Vec<&str> = self.args[1..].iter().map(String::as_str).collect();
-                util::cargo_workspace(&self.args[0], &rest)
-            }
-            Program::Xtask => duct::cmd(me, &self.args),
-        }
-        .dir(util::root())
-    }
-}
-
-/// Where CI's submission test pushes the API image (Debian's registry, started by the step).
-const LOOPBACK_IMAGE: &str = "127.0.0.1:5000/fraud-api:test";
-
-/// The steps, in order: cheap checks first, then the builds, then the gates that use them.
-fn steps(quick: bool) -> Vec<Step> {
-    use Program::{Cargo, Workspace, Xtask};
-    let step = |name, program, args: &[&str]| Step {
-        name,
-        program,
-        args: args.iter().map(|a| a.to_string()).collect(),
-    };
-    let fmt = step("fmt", Cargo, &["fmt", "--all", "--", "--check"]);
+/// The steps, in order: cheap checks first, then the builds, then the gates that use them. A
+/// step's command is `cargo ...`, `xtask ...` (this binary again) or `workspace <command> ...`
+/// (`util::cargo_workspace`, linted: the same units as the workspace build).
+fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
+    let fmt = ("fmt", "cargo fmt --all -- --check");
     // Every target compiled once, with clippy's lints (-D warnings) on every workspace crate.
-    let build = step("build", Xtask, &["build"]);
+    let build = ("build", "xtask build");
     if quick {
         return vec![
             fmt,
             build,
-            step("test", Workspace, &["test", "--lib", "--bins"]),
-            step("verify", Xtask, &["verify", "--public"]),
+            ("test", "workspace test --lib --bins"),
+            ("verify", "xtask verify --public"),
         ];
     }
-    let submission = ["stack", "submission", "--no-build", "--test", "--image", LOOPBACK_IMAGE];
     vec![
         fmt,
         build,
         // Unit, integration and doc tests of every crate.
-        step("test", Workspace, &["test"]),
-        step("verify", Xtask, &["verify"]),
-        step("fuzz", Xtask, &["fuzz", "ci"]),
+        ("test", "workspace test"),
+        ("verify", "xtask verify"),
+        ("fuzz", "xtask fuzz ci"),
         // The API image's local-runner and the Lambda's bootstrap, in one build.
-        step("shipped build", Xtask, &["build", "--shipped"]),
-        step("lambda", Xtask, &["lambda", "--skip-build"]),
+        ("shipped build", "xtask build --shipped"),
+        ("lambda", "xtask lambda --skip-build"),
         // The smoke builds the images (from the shipped build); the other stack gates reuse
         // them. The smoke and chaos at the final's peak (1,130 req/s), the overload at 3x it.
-        step("stack smoke", Xtask, &["stack", "smoke"]),
-        step("stack chaos", Xtask, &["stack", "chaos", "--no-build"]),
-        step("stack overload", Xtask, &["stack", "overload", "--no-build"]),
+        ("stack smoke", "xtask stack smoke"),
+        ("stack chaos", "xtask stack chaos --no-build"),
+        ("stack overload", "xtask stack overload --no-build"),
         // Hostile clients at the cap, against `local-runner serve` and the stack (short runs).
-        step("stack attack", Xtask, &["stack", "attack", "--no-build", "--seconds", "8"]),
-        // It removes the local images (pulled back from the loopback registry, retagged).
-        step("stack submission", Xtask, &submission),
+        ("stack attack", "xtask stack attack --no-build --seconds 8"),
+        // Pushed to Debian's registry on loopback (started by the step); it removes the local
+        // images (pulled back from the registry, retagged).
+        (
+            "stack submission",
+            "xtask stack submission --no-build --test --image 127.0.0.1:5000/fraud-api:test",
+        ),
         // Last: it rebuilds the workspace's local-runner around a synthetic index.
-        step("scale", Xtask, &["scale"]),
+        ("scale", "xtask scale"),
     ]
+}
+
+/// A step's command, run in the workspace root (`me`: this binary). Cargo is named as a
+/// string, so that it is looked up on PATH (duct runs a one-component `Path` from the working
+/// directory).
+fn command(line: &str, me: &Path) -> duct::Expression {
+    let words: Vec<&str> = line.split(' ').collect();
+    match words[0] {
+        "cargo" => duct::cmd("cargo", &words[1..]),
+        "workspace" => util::cargo_workspace(words[1], &words[2..]),
+        _ => duct::cmd(me, &words[1..]),
+    }
+    .dir(util::root())
 }
 
 #[derive(Debug, PartialEq, Serialize)]
@@ -116,15 +90,14 @@ struct Outcome {
 pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let (started, mut done) = (Instant::now(), Vec::new());
-    let only = |s: &&Step| args.only.as_deref().is_none_or(|o| s.name.contains(o));
-    for step in steps(args.quick).iter().filter(only) {
-        log!("== ci: {} ==", step.name);
-        let (t, result) = (Instant::now(), step.command(&me).run());
+    let only = |s: &&(&str, &str)| args.only.as_deref().is_none_or(|o| s.0.contains(o));
+    for (name, line) in steps(args.quick).iter().filter(only) {
+        log!("== ci: {name} ==");
+        let (t, result) = (Instant::now(), command(line, &me).run());
         if let Err(err) = &result {
-            log!("ci: {} failed: {err}", step.name);
+            log!("ci: {name} failed: {err}");
         }
-        let (name, passed, seconds) = (step.name, result.is_ok(), t.elapsed().as_secs_f64());
-        done.push(Outcome { name, passed, seconds });
+        done.push(Outcome { name, passed: result.is_ok(), seconds: t.elapsed().as_secs_f64() });
     }
     let passed = done.iter().all(|s| s.passed);
     let name = if args.quick { "ci quick" } else { "ci" };
@@ -145,28 +118,31 @@ mod tests {
 
     #[test]
     fn the_steps_and_their_order() {
-        let names = |quick| steps(quick).iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
+        let names = |quick| util::list(steps(quick), |s| s.0.to_string());
         assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission, scale");
         assert_eq!(names(true), "fmt, build, test, verify");
-        let s = steps(false);
-        assert_eq!((s[1].program, &s[1].args[..]), (Program::Xtask, &["build".to_string()][..]));
-        assert_eq!((s[2].program, &s[2].args[..]), (Program::Workspace, &["test".to_string()][..]));
-        let quick = steps(true);
-        assert_eq!(quick[2].args, ["test", "--lib", "--bins"]);
-        assert_eq!(quick[3].args, ["verify", "--public"]);
+        let (s, quick) = (steps(false), steps(true));
+        assert_eq!(
+            [s[1].1, s[2].1, quick[2].1],
+            ["xtask build", "workspace test", "workspace test --lib --bins"]
+        );
+        assert_eq!(quick[3].1, "xtask verify --public");
+        let me = Path::new("/no/xtask");
+        let shown = |line| format!("{:?}", command(line, me));
+        assert!(shown("xtask verify --public").contains(r#"["/no/xtask", "verify", "--public"]"#));
+        let workspace = shown("workspace test --lib");
+        assert!(
+            workspace
+                .contains(r#""test", "--profile", "ci", "--workspace", "--all-features", "--lib""#),
+            "{workspace}"
+        );
+        // A cargo step runs the cargo found on PATH (a one-component `Path` would not be).
+        let out = command("cargo --version", me).read().unwrap();
+        assert!(out.starts_with("cargo "), "{out}");
         let done = [
             Outcome { name: "fmt", passed: true, seconds: 2.6 },
             Outcome { name: "test", passed: false, seconds: 100.2 },
         ];
         assert_eq!(figures(&done, 103.0), "fmt ok 3 s, test FAILED 100 s; 103 s in all");
-    }
-
-    /// A cargo step runs the cargo found on PATH (a one-component `Path` would not be).
-    #[test]
-    fn a_cargo_step_runs_the_cargo_on_path() {
-        let args = vec!["--version".to_string()];
-        let step = Step { name: "v", program: Program::Cargo, args };
-        let out = step.command(Path::new("/no/xtask")).read().unwrap();
-        assert!(out.starts_with("cargo "), "{out}");
     }
 }

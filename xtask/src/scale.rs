@@ -5,15 +5,16 @@
 //! force over the same set (vectors, the 5 neighbours and the vote of generated and adversarial
 //! queries); then shipped beside `local-runner` (the file form, beyond 1,920 MiB), which must
 //! refuse another artifact, and served: labelled payloads sent over HTTP get the labeller's
-//! answers.
+//! answers. [`draw`], [`pack`] and [`neighbours`] are also `cargo measure scale`'s steps.
 //!
 //! It rebuilds the workspace's `local-runner` around the synthetic index (CI runs it last); the
 //! next build without `FRAUD_INDEX_ARTIFACT_IN` embeds the contest's again.
 
-use crate::util::{self, cmd, log};
-use anyhow::{ensure, Context, Result};
+use crate::util::{self, cmd, log, Served};
+use anyhow::Result;
+use index_pack::report::{Neighbours, Packed};
 use serde::Serialize;
-use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -28,13 +29,47 @@ pub struct Args {
     seed: u64,
 }
 
+/// The queries [`neighbours`] compares: generated payloads and adversarial queries.
+pub const GENERATED: u64 = 2_000;
+pub const ADVERSARIAL: u64 = 500;
+
+/// `count` references drawn from `seed` the way the contest's generator draws its own.
+pub fn draw(labeller: &Path, count: usize, seed: u64, out: &Path) -> Result<()> {
+    let words = format!("generate-references --count {count} --seed {seed}");
+    util::run(&util::command(labeller, &words, &[("--out", out)]))
+}
+
+/// `index-pack build` of any references.
+pub fn pack(index_pack: &Path, refs: &Path, out: &Path) -> Result<Packed> {
+    let paths = [("--references", refs), ("--output", out)];
+    let out = util::read(&util::command(index_pack, "build --accept-any-references", &paths))?;
+    util::last_json(&out, "index-pack build")
+}
+
+/// `local-runner verify --neighbours` over `refs` (the search of `index`, else of the embedded
+/// one) of [`GENERATED`] and [`ADVERSARIAL`] queries from `seed`.
+pub fn neighbours(bin: &Path, refs: &Path, index: Option<&Path>, seed: u64) -> Result<Neighbours> {
+    let words = format!("verify {} --neighbours --sample 0 --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {seed}", util::TEST_SET);
+    let paths: Vec<_> =
+        [("--references", refs)].into_iter().chain(index.map(|i| ("--index", i))).collect();
+    util::last_json(
+        &util::read(&util::command(bin, &words, &paths))?,
+        "local-runner verify --neighbours",
+    )
+}
+
+/// Every query compared, and no difference.
+pub fn exact(n: &Neighbours) -> bool {
+    (n.generated, n.adversarial, n.compared) == (GENERATED, ADVERSARIAL, GENERATED + ADVERSARIAL)
+        && n.differences() == 0
+}
+
 #[derive(Serialize, Default)]
 struct Report {
     references: usize,
-    artifact_bytes: u64,
-    pack_s: f64,
+    pack: Packed,
     build_s: f64,
-    neighbours: serde_json::Value,
+    neighbours: Neighbours,
     file_build_s: f64,
     /// What the file form said when handed a file of another length, then the artifact with
     /// another footer (it must refuse both).
@@ -50,125 +85,64 @@ pub fn run(a: Args) -> Result<()> {
     let (refs, index, tests) =
         (dir.join("references.json.gz"), dir.join("index.idx"), dir.join("tests.json.gz"));
     let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
-    let (n, seed) = (a.references.to_string(), a.seed.to_string());
-    log!("scale: {n} synthetic references (seed {seed}), packed");
-    util::run(&cmd!(
-        &labeller,
-        "generate-references",
-        "--count",
-        &n,
-        "--seed",
-        &seed,
-        "--out",
-        &refs
-    ))?;
-    let t_pack = Instant::now();
-    let e = cmd!(
-        &index_pack,
-        "build",
-        "--references",
-        &refs,
-        "--output",
-        &index,
-        "--accept-any-references"
-    );
-    let packed: serde_json::Value = util::last_json(&util::read(&e)?, "index-pack build")?;
-    let mut r = Report {
-        references: a.references,
-        pack_s: t_pack.elapsed().as_secs_f64(),
-        ..Report::default()
-    };
-    r.artifact_bytes = packed["bytes"].as_u64().unwrap_or(0);
+    log!("scale: {} synthetic references (seed {}), packed", a.references, a.seed);
+    draw(&labeller, a.references, a.seed, &refs)?;
+    let pack = pack(&index_pack, &refs, &index)?;
+    let mut r = Report { references: a.references, pack, ..Report::default() };
     log!("scale: {} payloads labelled by brute force over the synthetic set", a.served);
-    let count = a.served.to_string();
-    let label = cmd!(
-        &labeller,
-        "generate-csv",
-        "--count",
-        &count,
-        "--seed",
-        &seed,
-        "--references",
-        &refs,
-        "--any-references",
-        "--out",
-        &tests
-    );
-    util::run(&label)?;
+    let words = format!("generate-csv --count {} --seed {} --any-references", a.served, a.seed);
+    let paths = [("--references", refs.as_path()), ("--out", &tests)];
+    util::run(&util::command(&labeller, &words, &paths))?;
     log!("scale: local-runner with the synthetic index embedded");
-    let t_build = Instant::now();
     // Embedded the way large indexes are (`.incbin` in a section of its own), so that CI
     // exercises that form too; the contest's index takes `include_bytes_aligned!`.
-    let build = util::cargo_workspace("build", &["--bin", "local-runner"])
-        .env("FRAUD_INDEX_ARTIFACT_IN", &index)
-        .env("FRAUD_INDEX_EMBED", "linker");
-    util::run(&build)?;
-    r.build_s = t_build.elapsed().as_secs_f64();
+    r.build_s = build_local_runner(&index, "linker")?;
     let local_runner = util::target_dir().join(util::PROFILE).join("local-runner");
-    let verify = cmd!(
-        &local_runner,
-        "verify",
-        util::TEST_SET,
-        "--neighbours",
-        "--references",
-        &refs,
-        "--sample",
-        "0",
-        "--generated",
-        "2000",
-        "--adversarial",
-        "500",
-        "--seed",
-        &seed
-    );
-    r.neighbours = util::last_json(&util::read(&verify)?, "local-runner verify --neighbours")?;
+    r.neighbours = neighbours(&local_runner, &refs, None, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;
-    serve(&beside, &util::entries_of(&tests)?, &mut r)?;
+    let served = Served::start(&beside, &dir.join("serve.log"))?;
+    let (agent, base) = (util::http_agent(Duration::from_secs(5)), served.url(""));
+    for e in util::entries_of(&tests)? {
+        r.served += 1;
+        if let Err(why) = e.score(&agent, &base) {
+            r.served_wrong += 1;
+            r.first_wrong.get_or_insert(why);
+        }
+    }
+    drop(served);
     let nb = &r.neighbours;
-    let differences: u64 = ["vector_differences", "neighbour_differences", "decision_differences"]
-        .iter()
-        .map(|k| nb[k].as_u64().unwrap_or(u64::MAX))
-        .sum();
-    let compared = nb["compared"].as_u64().unwrap_or(0);
     let refused = matches!(&r.file_form_refusals[..], [length, footer]
         if length.contains("built with an index of") && footer.contains("its footer"));
-    let passed = differences == 0
-        && compared >= 2_500
-        && refused
-        && r.served == a.served
-        && r.served_wrong == 0;
+    let passed = exact(nb) && refused && r.served == a.served && r.served_wrong == 0;
     let figures = format!(
-        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {compared} queries against the labeller, {differences} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; {:.0} s",
-        r.references, r.artifact_bytes, r.pack_s, r.build_s, r.file_build_s,
+        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {} queries against the labeller, {} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; {:.0} s",
+        r.references, r.pack.bytes, r.pack.total_s, r.build_s, nb.compared, nb.differences(), r.file_build_s,
         if refused { "other files refused" } else { "OTHER FILES NOT REFUSED" },
         r.served - r.served_wrong, r.served, t.elapsed().as_secs_f64()
     );
     util::verdict("scale", passed, &figures, &r)
 }
 
+/// Builds the workspace's `local-runner` around `index` in the given form; its seconds.
+fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
+    let t = Instant::now();
+    let build = util::cargo_workspace("build", &["--bin", "local-runner"]);
+    util::run(&build.env("FRAUD_INDEX_ARTIFACT_IN", index).env("FRAUD_INDEX_EMBED", form))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Builds `local-runner` in the file form and ships it with `index` beside it in a directory of
 /// its own (as a Lambda image does); checks that it refuses another file (`other`) and the same
 /// artifact with its footer changed. Returns the shipped binary.
-fn ship_beside(
-    index: &std::path::Path,
-    other: &std::path::Path,
-    r: &mut Report,
-) -> Result<std::path::PathBuf> {
+fn ship_beside(index: &Path, other: &Path, r: &mut Report) -> Result<PathBuf> {
     log!("scale: the same index shipped beside local-runner (FRAUD_INDEX_EMBED=file)");
-    let t = Instant::now();
-    let build = util::cargo_workspace("build", &["--bin", "local-runner"])
-        .env("FRAUD_INDEX_ARTIFACT_IN", index)
-        .env("FRAUD_INDEX_EMBED", "file");
-    util::run(&build)?;
-    r.file_build_s = t.elapsed().as_secs_f64();
+    r.file_build_s = build_local_runner(index, "file")?;
     let dir = util::xtask_dir("scale")?.join("beside");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let binary = dir.join("local-runner");
     std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
-    let shipped = dir.join(index_pack::embed::FILE_NAME);
-    util::copy_atomically(index, &shipped, None)?;
-    util::verify_shipped_index(&shipped, index)?;
+    util::ship_index(index, &dir)?;
     // The same length with the first byte of the footer's CRC32 changed: only the footer tells.
     let mut altered = std::fs::read(index)?;
     let at = altered.len() - index_pack::format::FOOTER_LEN + 12;
@@ -176,12 +150,8 @@ fn ship_beside(
     let altered_path = dir.join("altered.idx");
     std::fs::write(&altered_path, altered)?;
     for other in [other, altered_path.as_path()] {
-        let out = cmd!(&binary, "selftest")
-            .env("FRAUD_INDEX_FILE", other)
-            .stderr_to_stdout()
-            .stdout_capture()
-            .unchecked()
-            .run()?;
+        let e = cmd!(&binary, "selftest").env("FRAUD_INDEX_FILE", other).stderr_to_stdout();
+        let out = e.stdout_capture().unchecked().run()?;
         let said = match out.status.success() {
             true => "answered".to_string(),
             false => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").into(),
@@ -190,66 +160,4 @@ fn ship_beside(
         r.file_form_refusals.push(said);
     }
     Ok(binary)
-}
-
-/// Serves the embedded index on a loopback port and sends every entry over one keep-alive
-/// connection, comparing each answer with the labeller's.
-fn serve(local_runner: &std::path::Path, entries: &[util::Entry], r: &mut Report) -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let listen = format!("127.0.0.1:{port}");
-    let log_path = util::xtask_dir("scale")?.join("serve.log");
-    let server =
-        util::to_log(cmd!(local_runner, "serve", "--listen", &listen), &log_path).start()?;
-    let served = (|| -> Result<()> {
-        let mut s =
-            util::poll("serve ready", Duration::from_secs(60), Duration::from_millis(100), || {
-                Ok(std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string()))
-            })?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        // One write per request: a head and a body in two writes wait out the delayed ACK
-        // (40 ms a request).
-        s.set_nodelay(true)?;
-        for e in entries {
-            let body = e.request.get();
-            let head = format!("POST /fraud-score HTTP/1.1\r\nHost: scale\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
-            s.write_all([head.as_bytes(), body.as_bytes()].concat().as_slice())?;
-            let answer = read_answer(&mut s)?;
-            let v: serde_json::Value =
-                serde_json::from_str(&answer).context("an answer that is not JSON")?;
-            r.served += 1;
-            if v["approved"].as_bool() != Some(e.expected_approved)
-                || v["fraud_score"].as_f64() != Some(e.expected_fraud_score)
-            {
-                r.served_wrong += 1;
-                r.first_wrong.get_or_insert(format!("{answer} for {body}"));
-            }
-        }
-        Ok(())
-    })();
-    let _ = server.kill();
-    served
-}
-
-/// The body of one HTTP/1.1 answer with a Content-Length.
-fn read_answer(s: &mut std::net::TcpStream) -> Result<String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk)?;
-        ensure!(n > 0, "the server closed the connection");
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let Some(end) = text.find("\r\n\r\n") else { continue };
-        let len: usize = text[..end]
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
-            })
-            .and_then(|v| v.parse().ok())
-            .context("an answer without a content-length")?;
-        if buf.len() >= end + 4 + len {
-            ensure!(text.starts_with("HTTP/1.1 200 "), "{}", text.lines().next().unwrap_or(""));
-            return Ok(text[end + 4..end + 4 + len].to_string());
-        }
-    }
 }

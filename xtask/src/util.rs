@@ -3,8 +3,11 @@
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Progress for the human, on stderr.
@@ -38,9 +41,9 @@ pub fn absolute_target_dir() -> Result<()> {
 pub fn target_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let json =
-            cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null().read();
-        let meta: Option<serde_json::Value> = json.ok().and_then(|j| serde_json::from_str(&j).ok());
+        let json = cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null();
+        let meta: Option<serde_json::Value> =
+            json.read().ok().and_then(|j| serde_json::from_str(&j).ok());
         let dir = meta.and_then(|m| Some(PathBuf::from(m["target_directory"].as_str()?)));
         dir.unwrap_or_else(|| root().join("target"))
     })
@@ -51,6 +54,13 @@ pub fn xtask_dir(sub: &str) -> Result<PathBuf> {
     let d = target_dir().join("xtask").join(sub);
     std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
     Ok(d)
+}
+
+/// `program` run in the workspace root with the words of `words` (split at spaces), then each
+/// flag with its path (a path may hold a space).
+pub fn command(program: &Path, words: &str, paths: &[(&str, &Path)]) -> duct::Expression {
+    let paths = paths.iter().flat_map(|(flag, p)| [flag.into(), p.into()]);
+    duct::cmd(program, words.split(' ').map(OsString::from).chain(paths)).dir(root())
 }
 
 pub fn run(e: &duct::Expression) -> Result<()> {
@@ -97,15 +107,6 @@ pub fn loadavg() -> String {
     text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// p50 and p99 are the values at rank `p * n`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Quantiles {
@@ -129,10 +130,19 @@ pub fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-pub fn sha256_file(path: &Path) -> Result<String> {
+pub fn sha256(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    Ok(sha256(&std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?))
+}
+
+/// A field of a `/proc/<pid>/status` text in KiB (`VmHWM`, `RssAnon`, ...).
+pub fn status_kb(status: &str, field: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    value.split_whitespace().next()?.parse().ok()
 }
 
 /// Asks `probe` every `every` until `Ok(Ok(v))`; `Ok(Err(state))` is "not yet" (after `limit` a
@@ -155,10 +165,80 @@ pub fn poll<T>(
     }
 }
 
-/// Loopback, no TLS; every status is an answer.
+/// A thread that calls `tick` on its state every `every` (from the start of one call to the
+/// next) until [`Background::stop`], which gives the state back.
+pub struct Background<S> {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<S>,
+}
+
+impl<S: Send + 'static> Background<S> {
+    pub fn every(
+        every: Duration,
+        mut state: S,
+        mut tick: impl FnMut(&mut S) + Send + 'static,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let asked = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !asked.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                tick(&mut state);
+                std::thread::sleep(every.saturating_sub(t.elapsed()));
+            }
+            state
+        });
+        Background { stop, thread }
+    }
+
+    pub fn stop(self) -> S {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("a background thread panicked")
+    }
+}
+
+/// A free port on the loopback address.
+pub fn free_port() -> Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// The harness's HTTP client (loopback, no TLS, keep-alive; every status is an answer).
 pub fn http_agent(timeout: Duration) -> ureq::Agent {
     let config = ureq::Agent::config_builder().timeout_global(Some(timeout));
     config.http_status_as_error(false).build().into()
+}
+
+/// `local-runner serve` on a free loopback port, answering `GET /ready`; killed when dropped.
+pub struct Served {
+    pub addr: SocketAddr,
+    pub server: duct::Handle,
+}
+
+impl Served {
+    /// Starts `local_runner serve` with its defaults, its output in `log`, and waits for it.
+    pub fn start(local_runner: &Path, log: &Path) -> Result<Served> {
+        let addr = free_port()?;
+        let e = duct::cmd!(local_runner, "serve", "--listen", addr.to_string());
+        let s = Served { addr, server: to_log(e, log).start()? };
+        let (agent, url) = (http_agent(Duration::from_secs(2)), s.url("/ready"));
+        let ready = || match agent.get(&url).call() {
+            Ok(r) if r.status() == 200 => Ok(Ok(())),
+            answer => Ok(Err(answer.map_or_else(|e| e.to_string(), |r| r.status().to_string()))),
+        };
+        let limit = Duration::from_secs(60);
+        poll("local-runner serve ready", limit, Duration::from_millis(100), ready)?;
+        Ok(s)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+    }
 }
 
 pub fn signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<()> {
@@ -228,29 +308,31 @@ pub struct Shipped {
     pub index: Option<PathBuf>,
 }
 
+impl Shipped {
+    /// Where the shipped build puts its binaries (as they are: nothing is built).
+    pub fn last() -> Result<Shipped> {
+        let dir = target_dir().join(TRIPLE).join(PROFILE);
+        let (local_runner, bootstrap) = (dir.join("local-runner"), dir.join("bootstrap"));
+        Ok(Shipped { local_runner, bootstrap, index: shipped_index()? })
+    }
+}
+
 /// Builds the shipped binaries (cargo does nothing when they are current). The index the
 /// workspace build packed is embedded as it is (checked in full by the build script) instead of
 /// packing 3M references again; without a workspace build the build script packs it.
 pub fn build_shipped() -> Result<Shipped> {
+    let args = ["build", "--profile", PROFILE, "--target", TRIPLE, "--features", "function/lambda"];
     let bins =
         ["-p", "local-runner", "--bin", "local-runner", "-p", "function", "--bin", "bootstrap"];
-    let args = [
-        &["build", "--profile", PROFILE, "--target", TRIPLE, "--features", "function/lambda"][..],
-        &bins,
-    ]
-    .concat();
-    let mut e = linted(duct::cmd("cargo", args).dir(root()))
+    let mut e = linted(duct::cmd("cargo", [&args[..], &bins].concat()).dir(root()))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("RUSTFLAGS", SHIPPED_RUSTFLAGS);
-    let index = shipped_index()?;
-    if let Some(index) = &index {
+    let shipped = Shipped::last()?;
+    if let Some(index) = &shipped.index {
         log!("embedding {} in the shipped binaries", index.display());
         e = e.env("FRAUD_INDEX_ARTIFACT_IN", index);
     }
     run(&e)?;
-    let dir = target_dir().join(TRIPLE).join(PROFILE);
-    let shipped =
-        Shipped { local_runner: dir.join("local-runner"), bootstrap: dir.join("bootstrap"), index };
     for bin in [&shipped.local_runner, &shipped.bootstrap] {
         check_static_x86_64(bin).context("the static flags did not apply")?;
     }
@@ -258,25 +340,19 @@ pub fn build_shipped() -> Result<Shipped> {
 }
 
 /// The index the shipped binaries embed: `FRAUD_INDEX_ARTIFACT_IN` if given, else the workspace
-/// build's (`stable_index_copy`); `None` when neither exists (their build script packs one).
+/// build's packed index copied to a fixed path with its modification time, so that the shipped
+/// build's input (a path and its mtime) stays the same from run to run; `None` when neither
+/// exists (their build script packs one).
 pub fn shipped_index() -> Result<Option<PathBuf>> {
-    match std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        Some(given) => Ok(Some(PathBuf::from(given))),
-        None => stable_index_copy(),
+    if let Some(given) = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
+        return Ok(Some(PathBuf::from(given)));
     }
-}
-
-/// The workspace build's packed index copied to a fixed path, its modification time kept, so
-/// that the shipped build's input (a path and its mtime) stays the same from run to run; `None`
-/// when there is no packed index yet.
-fn stable_index_copy() -> Result<Option<PathBuf>> {
     let Some(packed) = newest_index_artifact(&target_dir().join(PROFILE).join("build")) else {
         return Ok(None);
     };
     let copy = target_dir().join("ci-index.idx");
     let modified = std::fs::metadata(&packed)?.modified()?;
-    let current = std::fs::metadata(&copy).and_then(|m| m.modified()).ok() == Some(modified);
-    if !current {
+    if std::fs::metadata(&copy).and_then(|m| m.modified()).ok() != Some(modified) {
         copy_atomically(&packed, &copy, Some(modified))?;
     }
     Ok(Some(copy))
@@ -300,11 +376,21 @@ pub fn copy_atomically(
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
 }
 
+/// Ships `artifact` into `dir` under the name a binary built with it in the file form maps
+/// (`index_pack::embed::FILE_NAME`): a copy of its own, never a link (the artifact may be
+/// rewritten, by renaming, while a binary maps the copy), checked in full.
+pub fn ship_index(artifact: &Path, dir: &Path) -> Result<PathBuf> {
+    let to = dir.join(index_pack::embed::FILE_NAME);
+    copy_atomically(artifact, &to, None)?;
+    verify_shipped_index(&to, artifact)?;
+    Ok(to)
+}
+
 /// Reads the artifact file about to be shipped and checks it as the build script checks what it
 /// embeds (`format::verify_deep`: CRC32, every value and box), and that it is `built` byte for
 /// byte in length and footer (what the binary compares at start).
 pub fn verify_shipped_index(shipped: &Path, built: &Path) -> Result<()> {
-    use index_pack::format;
+    use index_pack::format::{self, FOOTER_LEN};
     use std::io::{Read, Seek, SeekFrom};
     let mut bytes = format::aligned_copy(&[]);
     let mut file =
@@ -312,18 +398,12 @@ pub fn verify_shipped_index(shipped: &Path, built: &Path) -> Result<()> {
     std::io::copy(&mut file, &mut bytes)?;
     format::verify_deep(&bytes)
         .with_context(|| format!("{} is not a valid index", shipped.display()))?;
-    let mut built_file = std::fs::File::open(built)?;
-    let mut footer = [0u8; format::FOOTER_LEN];
-    built_file.seek(SeekFrom::End(-(format::FOOTER_LEN as i64)))?;
+    let (mut built_file, mut footer) = (std::fs::File::open(built)?, [0u8; FOOTER_LEN]);
+    built_file.seek(SeekFrom::End(-(FOOTER_LEN as i64)))?;
     built_file.read_exact(&mut footer)?;
-    let same = built_file.metadata()?.len() == bytes.len() as u64
-        && bytes[bytes.len() - format::FOOTER_LEN..] == footer;
-    ensure!(
-        same,
-        "{} is not the artifact the binary was built with ({})",
-        shipped.display(),
-        built.display()
-    );
+    let same = built_file.metadata()?.len() == bytes.len() as u64 && bytes.ends_with(&footer);
+    let (s, b) = (shipped.display(), built.display());
+    ensure!(same, "{s} is not the artifact the binary was built with ({b})");
     Ok(())
 }
 
@@ -362,21 +442,21 @@ enum Node {
 pub struct ScratchImage(BTreeMap<String, Node>);
 
 impl ScratchImage {
-    pub fn dir(&mut self, path: &str, mode: u32) -> &mut Self {
-        self.0.insert(path.into(), Node::Dir(mode));
+    fn add(&mut self, path: &str, node: Node) -> &mut Self {
+        self.0.insert(path.into(), node);
         self
+    }
+    pub fn dir(&mut self, path: &str, mode: u32) -> &mut Self {
+        self.add(path, Node::Dir(mode))
     }
     pub fn text(&mut self, path: &str, body: &str) -> &mut Self {
-        self.0.insert(path.into(), Node::Text(body.into()));
-        self
+        self.add(path, Node::Text(body.into()))
     }
     pub fn file(&mut self, path: &str, from: &Path, mode: u32) -> &mut Self {
-        self.0.insert(path.into(), Node::File(from.into(), mode));
-        self
+        self.add(path, Node::File(from.into(), mode))
     }
     pub fn link(&mut self, path: &str, target: &str) -> &mut Self {
-        self.0.insert(path.into(), Node::Link(target.into()));
-        self
+        self.add(path, Node::Link(target.into()))
     }
 
     pub fn write(&mut self, path: &Path) -> Result<()> {
@@ -434,6 +514,32 @@ pub struct Entry {
     pub expected_fraud_score: f64,
 }
 
+impl Entry {
+    /// Sends the request to `local-runner serve` at `base` and checks that the answer is the
+    /// expected one (a failure says what came instead).
+    pub fn score(&self, agent: &ureq::Agent, base: &str) -> Result<(), String> {
+        let post = agent.post(format!("{base}/fraud-score")).content_type("application/json");
+        let mut r = post.send(self.request.get()).map_err(|e| e.to_string())?;
+        let body = r.body_mut().read_to_string().map_err(|e| format!("reading the answer: {e}"))?;
+        self.judge(r.status().as_u16(), &body)
+    }
+
+    pub fn judge(&self, status: u16, body: &str) -> Result<(), String> {
+        #[derive(Deserialize)]
+        struct Answer {
+            approved: bool,
+            fraud_score: f64,
+        }
+        let a: Answer = match status {
+            200 => serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?,
+            _ => return Err(format!("HTTP {status}: {body}")),
+        };
+        let right =
+            a.approved == self.expected_approved && a.fraud_score == self.expected_fraud_score;
+        right.then_some(()).ok_or_else(|| format!("wrong answer {body} for {}", self.request.get()))
+    }
+}
+
 /// The public test set's entries.
 pub fn test_entries() -> Result<Vec<Entry>> {
     entries_of(&root().join(TEST_SET))
@@ -476,6 +582,11 @@ pub fn verdict(name: &str, passed: bool, figures: &str, detail: &impl Serialize)
     Ok(())
 }
 
+/// The messages of the checks that failed (`true`: a problem), in order.
+pub fn failed(checks: impl IntoIterator<Item = (bool, String)>) -> Vec<String> {
+    checks.into_iter().filter_map(|(bad, what)| bad.then_some(what)).collect()
+}
+
 /// `; problems: a; b`, or nothing.
 pub fn problems_suffix(problems: &[String]) -> String {
     let joined = (!problems.is_empty()).then(|| format!("; problems: {}", problems.join("; ")));
@@ -486,14 +597,19 @@ pub fn list<T>(it: impl IntoIterator<Item = T>, f: impl FnMut(T) -> String) -> S
     it.into_iter().map(f).collect::<Vec<_>>().join(", ")
 }
 
+/// A scratch path of this test process under the system's temporary directory.
+#[cfg(test)]
+pub fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn statistics_dates_and_spreads() {
-        assert_eq!([median(vec![3.0, 1.0, 2.0]), median(vec![4.0, 1.0, 2.0, 3.0])], [2.0, 2.5]);
-        assert!(median(vec![]).is_nan() && Quantiles::of(vec![]).p50.is_nan());
+        assert!(Quantiles::of(vec![]).p50.is_nan());
         let q = Quantiles::of((1..=200).map(f64::from).rev().collect());
         assert_eq!((q.n, q.p50, q.p99, q.max), (200, 101.0, 199.0, 200.0));
         let (s, d) = (stamp(), date());
@@ -503,10 +619,12 @@ mod tests {
         assert_eq!(list([1, 2], |n| format!("#{n}")), "#1, #2");
         assert_eq!(problems_suffix(&[]), "");
         assert_eq!(problems_suffix(&["a".into(), "b".into()]), "; problems: a; b");
+        let status = "Name:\tx\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\n";
+        assert_eq!([status_kb(status, "VmHWM"), status_kb(status, "RssFile")], [Some(93824), None]);
     }
 
     #[test]
-    fn polling_stops_at_a_value_or_an_error_and_names_the_last_state() {
+    fn polling_and_background_threads() {
         let mut n = 0;
         let v = poll("x", Duration::from_secs(60), Duration::ZERO, || {
             n += 1;
@@ -516,12 +634,31 @@ mod tests {
         let e = poll::<()>("svc", Duration::ZERO, Duration::ZERO, || Ok(Err("503".into())));
         assert!(e.unwrap_err().to_string().contains("svc: not within 0ns (last: 503)"));
         assert!(poll::<()>("x", Duration::MAX, Duration::ZERO, || bail!("gone")).is_err());
+        let counter = Background::every(Duration::from_millis(1), 0, |n| *n += 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(counter.stop() > 2);
+    }
+
+    #[test]
+    fn answers_are_judged() {
+        let e: Entry = serde_json::from_str(
+            r#"{"request":{"id":"x"},"expected_approved":false,"expected_fraud_score":0.6}"#,
+        )
+        .unwrap();
+        assert!(e.judge(200, r#"{"approved":false,"fraud_score":0.6}"#).is_ok());
+        let wrong = e.judge(200, r#"{"approved":true,"fraud_score":0.0}"#).unwrap_err();
+        assert!(
+            wrong.starts_with("wrong answer") && wrong.ends_with(r#"for {"id":"x"}"#),
+            "{wrong}"
+        );
+        assert!(e.judge(200, "{").is_err());
+        assert_eq!(e.judge(503, "busy").unwrap_err(), "HTTP 503: busy");
     }
 
     /// The lint of the workspace build: clippy's lints fail a real build, and a clean one builds.
     #[test]
     fn the_lint_wrapper_fails_a_build_on_a_lint() {
-        let dir = std::env::temp_dir().join(format!("xtask-lint-{}", std::process::id()));
+        let dir = scratch("lint");
         std::fs::create_dir_all(dir.join("src")).unwrap();
         let manifest =
             "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n";
@@ -529,13 +666,16 @@ mod tests {
         let build = |main: &str| {
             std::fs::write(dir.join("src/main.rs"), main).unwrap();
             let e = linted(duct::cmd!("cargo", "build", "--quiet").dir(&dir));
-            e.env("CARGO_TARGET_DIR", dir.join("target")).stderr_capture().unchecked().run()
+            e.env("CARGO_TARGET_DIR", dir.join("target"))
+                .stderr_capture()
+                .unchecked()
+                .run()
+                .unwrap()
         };
-        let lint = build("fn main() { let v = vec![1]; println!(\"{}\", v.len() == 0); }").unwrap();
+        let lint = build("fn main() { let v = vec![1]; println!(\"{}\", v.len() == 0); }");
         let said = String::from_utf8_lossy(&lint.stderr);
         assert!(!lint.status.success() && said.contains("clippy::len_zero"), "{said}");
         assert!(build("fn main() { println!(\"{}\", std::env::args().count()); }")
-            .unwrap()
             .status
             .success());
         std::fs::remove_dir_all(dir).unwrap();
@@ -543,7 +683,7 @@ mod tests {
 
     #[test]
     fn the_newest_artifact_of_function() {
-        let dir = std::env::temp_dir().join(format!("xtask-util-{}", std::process::id()));
+        let dir = scratch("util");
         for f in ["function-a/out", "function-b/out", "other-c/out"] {
             std::fs::create_dir_all(dir.join(f)).unwrap();
         }
@@ -556,7 +696,7 @@ mod tests {
 
     #[test]
     fn a_root_file_system_is_sorted_with_its_parents() {
-        let path = std::env::temp_dir().join(format!("xtask-rootfs-{}.tar", std::process::id()));
+        let path = scratch("rootfs.tar");
         let mut fs = ScratchImage::default();
         fs.text("usr/local/etc/x.cfg", "a").dir("tmp", 0o1777).link("usr/lib64", "../lib64");
         fs.file("bin/me", &root().join("Cargo.toml"), 0o755).write(&path).unwrap();
@@ -579,7 +719,7 @@ mod tests {
 
     #[test]
     fn logs_json_and_the_test_binary() {
-        let log = std::env::temp_dir().join(format!("xtask-log-{}.txt", std::process::id()));
+        let log = scratch("log.txt");
         run(&to_log(duct::cmd!("sh", "-c", "echo out; echo err >&2"), &log)).unwrap();
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
         std::fs::remove_file(log).unwrap();

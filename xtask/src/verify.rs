@@ -5,7 +5,8 @@
 
 use crate::util::{self, cmd, log, TEST_SET};
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
+use index_pack::report::{Answers, Neighbours};
+use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
 
@@ -18,35 +19,6 @@ const SAMPLE: u64 = 2_000;
 const GENERATED: u64 = 2_000;
 const ADVERSARIAL: u64 = 500;
 const SEED: u64 = 2026;
-
-/// The last line of `local-runner verify`.
-#[derive(Deserialize, Serialize, Debug, Default)]
-struct Answers {
-    total: u64,
-    fp: u64,
-    #[serde(rename = "fn")]
-    fn_: u64,
-    errors: u64,
-    score_mismatches: u64,
-    detection_score: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
-/// The last line of `local-runner verify --neighbours`.
-#[derive(Deserialize, Serialize, Debug, Default)]
-struct Neighbours {
-    compared: u64,
-    public: u64,
-    generated: u64,
-    adversarial: u64,
-    vector_differences: u64,
-    neighbour_differences: u64,
-    decision_differences: u64,
-    ties_across_fifth: u64,
-    ties_decided_by_f64: u64,
-    wall_s: f64,
-}
 
 #[derive(Serialize, Default)]
 struct Gathered {
@@ -67,18 +39,17 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     if args.public {
         let (answers, wall_s) = public_answers(&util::built("local-runner")?)?;
-        let exact = answers.total == PUBLIC && inexact(&answers) == 0;
-        let figures =
-            format!("answers {}/{PUBLIC} exact ({wall_s:.1} s)", answers.total - inexact(&answers));
+        let (exact, right) = (exact(&answers, PUBLIC), answers.total - answers.inexact());
+        let figures = format!("answers {right}/{PUBLIC} exact ({wall_s:.1} s)");
         return util::verdict("verify public", exact, &figures, &answers);
     }
     let g = gather()?;
     util::verdict("verify", judge(&g), &figures(&g), &g)
 }
 
-/// Answers that are not the expected ones (FP, FN, errors, another score).
-fn inexact(a: &Answers) -> u64 {
-    a.fp + a.fn_ + a.errors + a.score_mismatches
+/// All `n` answers, every one exact.
+fn exact(a: &Answers, n: u64) -> bool {
+    a.total == n && a.inexact() == 0
 }
 
 /// `local-runner verify` of the public set; its last line and the wall time.
@@ -91,17 +62,14 @@ fn public_answers(local_runner: &Path) -> Result<(Answers, f64)> {
 
 fn gather() -> Result<Gathered> {
     let (bin, labeller) = (util::built("local-runner")?, util::built("labeller")?);
-    let local_runner = |args: String| -> Result<_> {
-        let out = util::read(&duct::cmd(&bin, args.split(' ')).dir(util::root()))?;
-        Ok((out, format!("local-runner {args}")))
-    };
     let (answers, answers_wall_s) = public_answers(&bin)?;
     log!("answers: the {} payloads of {} through the handler", FINAL.1, FINAL.0);
-    let (out, what) = local_runner(format!("verify {}", FINAL.0))?;
-    let final_answers = util::last_json(&out, &what)?;
+    let out = util::read(&cmd!(&bin, "verify", FINAL.0))?;
+    let final_answers = util::last_json(&out, "local-runner verify (final set)")?;
     log!("neighbours: the embedded index's search against the labeller");
-    let (out, what) = local_runner(format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}"))?;
-    let neighbours = util::last_json(&out, &what)?;
+    let words = format!("verify --neighbours {TEST_SET} --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {SEED} --sample {SAMPLE}");
+    let out = util::read(&util::command(&bin, &words, &[]))?;
+    let neighbours = util::last_json(&out, "local-runner verify --neighbours")?;
     log!("hostile cases: recorded answers against the labeller");
     let check = cmd!(labeller, "relabel", "--check", HOSTILE).unchecked().run();
     let hostile_current = check?.status.success();
@@ -109,12 +77,11 @@ fn gather() -> Result<Gathered> {
 }
 
 fn judge(g: &Gathered) -> bool {
-    let (a, n) = (&g.answers, &g.neighbours);
-    let exact = |a: &Answers, n| a.total == n && inexact(a) == 0;
-    let answers_ok = exact(a, PUBLIC) && exact(&g.final_answers, FINAL.1);
+    let n = &g.neighbours;
+    let answers_ok = exact(&g.answers, PUBLIC) && exact(&g.final_answers, FINAL.1);
     let neighbours_ok = (n.public, n.generated, n.adversarial) == (SAMPLE, GENERATED, ADVERSARIAL)
         && n.compared == n.public + n.generated + n.adversarial
-        && n.vector_differences + n.neighbour_differences + n.decision_differences == 0
+        && n.differences() == 0
         && n.ties_across_fifth > 0;
     answers_ok && neighbours_ok && g.hostile_current
 }
@@ -138,18 +105,26 @@ fn figures(g: &Gathered) -> String {
 mod tests {
     use super::*;
 
-    /// What `local-runner verify` and `verify --neighbours` print last.
-    const ANSWERS: &str = r#"{"total":54100,"tp":24500,"tn":29600,"fp":0,"fn":0,"errors":0,"score_mismatches":0,"detection_score":3000.0,"p50_us":8.5,"p99_us":30.1}"#;
-    const NEIGHBOURS: &str = r#"{"compared":4500,"public":2000,"generated":2000,"adversarial":500,"refused_by_both":0,"vector_differences":0,"neighbour_differences":0,"decision_differences":0,"ties_across_fifth":37,"ties_decided_by_f64":2,"wall_s":12.5}"#;
-
     fn gathered() -> Gathered {
-        Gathered {
-            answers: util::last_json(&format!("progress\n{ANSWERS}"), "a").unwrap(),
-            answers_wall_s: 3.0,
-            final_answers: util::last_json(&ANSWERS.replace("54100", "72100"), "f").unwrap(),
-            neighbours: util::last_json(NEIGHBOURS, "n").unwrap(),
-            hostile_current: true,
-        }
+        let answers = Answers {
+            total: PUBLIC,
+            tp: 24_500,
+            tn: 29_600,
+            detection_score: 3000.0,
+            ..Answers::default()
+        };
+        let neighbours = Neighbours {
+            compared: 4500,
+            public: 2000,
+            generated: 2000,
+            adversarial: 500,
+            ties_across_fifth: 37,
+            ties_decided_by_f64: 2,
+            wall_s: 12.5,
+            ..Neighbours::default()
+        };
+        let final_answers = Answers { total: 72_100, ..answers.clone() };
+        Gathered { answers, answers_wall_s: 3.0, final_answers, neighbours, hostile_current: true }
     }
 
     #[test]

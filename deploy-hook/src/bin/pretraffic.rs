@@ -12,6 +12,7 @@
 use aws_sdk_codedeploy::types::LifecycleEventStatus;
 use aws_sdk_lambda::primitives::Blob;
 use deploy_hook::{check, Invoke};
+use fan_out::aws_config;
 use labeller::sample::SampleCase;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use serde::Deserialize;
@@ -54,28 +55,6 @@ impl Invoke for Target {
     }
 }
 
-/// Credentials and region from the environment (a Lambda function's role), an endpoint if given.
-fn sdk_config(endpoint: Option<String>) -> aws_types::SdkConfig {
-    use aws_sdk_lambda::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let credentials = Credentials::new(
-        env("AWS_ACCESS_KEY_ID").unwrap_or_else(|| "local".into()),
-        env("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|| "local".into()),
-        env("AWS_SESSION_TOKEN"),
-        None,
-        "environment",
-    );
-    let region = env("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
-    let mut b = aws_types::SdkConfig::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region))
-        .credentials_provider(SharedCredentialsProvider::new(credentials));
-    if let Some(e) = endpoint {
-        b = b.endpoint_url(e);
-    }
-    b.build()
-}
-
 fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -88,8 +67,9 @@ fn main() -> Result<(), Error> {
         &std::fs::read(&sample_path)
             .map_err(|e| format!("cannot read the sample {}: {e}", sample_path.display()))?,
     )?;
-    let lambda = aws_sdk_lambda::Client::new(&sdk_config(env("FRAUD_TARGET_ENDPOINT")));
-    let codedeploy = aws_sdk_codedeploy::Client::new(&sdk_config(env("FRAUD_CODEDEPLOY_ENDPOINT")));
+    let lambda = aws_sdk_lambda::Client::new(&aws_config(env("FRAUD_TARGET_ENDPOINT").as_deref()));
+    let codedeploy =
+        aws_sdk_codedeploy::Client::new(&aws_config(env("FRAUD_CODEDEPLOY_ENDPOINT").as_deref()));
     tracing::info!(target = %target, cases = sample.len(), sample = %sample_path.display(), "pretraffic hook ready");
     // Multi-threaded: the check blocks in place on the invocations it makes.
     let runtime = tokio::runtime::Builder::new_multi_thread()

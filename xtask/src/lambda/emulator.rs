@@ -6,7 +6,7 @@ use crate::util::{self, log};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ pub fn session(
     log: PathBuf,
     events: &[Vec<u8>],
 ) -> Result<Session> {
-    let (api, runtime_api) = (free_port()?, free_port()?);
+    let (api, runtime_api) = (util::free_port()?, util::free_port()?);
     let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
     let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
     let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
@@ -135,17 +135,13 @@ pub struct Memory {
 
 impl Memory {
     fn parse(status: &str) -> Option<Memory> {
-        let mb = |key: &str| -> Option<f64> {
-            let line = status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
-            Some(line.split_whitespace().next()?.parse::<f64>().ok()? / 1024.0)
-        };
-        let (peak_rss_mb, rss_anon_mb) = (mb("VmHWM")?, mb("RssAnon")?);
-        Some(Memory { peak_rss_mb, rss_anon_mb, rss_file_mb: mb("RssFile")? })
+        let mb = |key| Some(util::status_kb(status, key)? as f64 / 1024.0);
+        Some(Memory {
+            peak_rss_mb: mb("VmHWM")?,
+            rss_anon_mb: mb("RssAnon")?,
+            rss_file_mb: mb("RssFile")?,
+        })
     }
-}
-
-pub fn free_port() -> Result<SocketAddr> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
 }
 
 /// A cgroup v1 CPU quota of `cpus`, and a wrapper (the RIE starts it) that joins it and execs.

@@ -73,7 +73,5 @@ mod tests {
             f["Properties"].get("CodeUri").is_none() && f["Properties"].get("Runtime").is_none()
         );
         assert_eq!(f["Metadata"]["Dockerfile"], "Dockerfile");
-        // The same safe defaults as the zip form.
-        assert_eq!(t["Parameters"]["FunctionUrlAuthType"]["Default"], "AWS_IAM");
     }
 }

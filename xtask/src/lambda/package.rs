@@ -39,10 +39,8 @@ impl Package {
         let copied = util::sha256_file(&dest)?;
         ensure!(copied == self.sha256, "{} differs from the tested bootstrap", dest.display());
         log!("copied the tested bootstrap to {}", dest.display());
-        if let Some(index) = &self.index_beside {
-            let dest = dir.join(index_pack::embed::FILE_NAME);
-            util::copy_atomically(index, &dest, None)?;
-            util::verify_shipped_index(&dest, &self.index_artifact)?;
+        if self.index_beside.is_some() {
+            let dest = util::ship_index(&self.index_artifact, dir)?;
             log!("copied the index beside it ({}), checked in full", dest.display());
         }
         Ok(())
@@ -75,17 +73,7 @@ pub fn parameters_for(bytes: u64) -> Option<String> {
 
 /// Builds (unless `skip_build`) and packages the shipped bootstrap.
 pub fn build(skip_build: bool) -> Result<Package> {
-    let built = if skip_build {
-        let dir = util::target_dir().join(TRIPLE).join(util::PROFILE);
-        let index = util::shipped_index()?;
-        util::Shipped {
-            bootstrap: dir.join("bootstrap"),
-            local_runner: dir.join("local-runner"),
-            index,
-        }
-    } else {
-        util::build_shipped()?
-    };
+    let built = if skip_build { util::Shipped::last()? } else { util::build_shipped()? };
     // Without a given or reused index, the shipped build's own build script packed it.
     let packed_here = || {
         let build = util::target_dir().join(TRIPLE).join(util::PROFILE).join("build");
@@ -108,15 +96,8 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     let _ = std::fs::remove_file(&zip);
     // A bootstrap smaller than its index does not hold it: the file form, the index beside.
     let (index_beside, zipped_bytes) = if len(&bootstrap)? < len(&index_artifact)? {
-        let beside = dir.join(index_pack::embed::FILE_NAME);
-        // A copy of its own, never a link: the artifact it came from may be rewritten (by
-        // renaming) while a bootstrap of the package maps this one.
-        util::copy_atomically(&index_artifact, &beside, None)?;
-        util::verify_shipped_index(&beside, &index_artifact)?;
-        log!(
-            "the bootstrap maps its index from a file: {} beside it, checked in full",
-            beside.display()
-        );
+        let beside = util::ship_index(&index_artifact, &dir)?;
+        log!("the bootstrap maps its index from {}, checked in full", beside.display());
         // Over any zip's limit by construction (embed::LINKER_MAX): no zip is made.
         (Some(beside), 0)
     } else {
@@ -130,6 +111,7 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     };
     let unzipped_bytes = len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?;
     let sha256 = util::sha256_file(&bootstrap)?;
+    let (index, beside) = (index_artifact, index_beside);
     Ok(Package {
         dir,
         bootstrap,
@@ -137,8 +119,8 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
         sha256,
         zipped_bytes,
         unzipped_bytes,
-        index_artifact,
-        index_beside,
+        index_artifact: index,
+        index_beside: beside,
     })
 }
 
@@ -148,15 +130,12 @@ mod tests {
 
     #[test]
     fn a_large_package_gets_the_memory_and_residency_of_its_size() {
-        assert_eq!(parameters_for(96 << 20), None);
-        assert_eq!(
-            parameters_for(912_109_912).as_deref(),
-            Some("FunctionMemoryMB=1024 PrefaultIndex=1")
-        );
-        assert_eq!(
-            parameters_for(3_028_013_216).as_deref(),
-            Some("FunctionMemoryMB=3072 PrefaultIndex=0")
-        );
+        let memory = |m, prefault| Some(format!("FunctionMemoryMB={m} PrefaultIndex={prefault}"));
+        for (bytes, want) in
+            [(96 << 20, None), (912_109_912, memory(1024, 1)), (3_028_013_216, memory(3072, 0))]
+        {
+            assert_eq!(parameters_for(bytes), want);
+        }
     }
 
     #[test]

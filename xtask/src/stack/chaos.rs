@@ -4,7 +4,7 @@
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Session};
-use super::probe::{Sample, StatRow, State};
+use super::probe::{self, Sample, StatRow, State};
 use super::Common;
 use crate::util::{self, log};
 use anyhow::{ensure, Context, Result};
@@ -59,7 +59,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
     let status = |s: &Sample| s.server(victim).map(StatRow::state);
     let is_up = |s: &Sample| status(s) == Some(State::Up);
     let stot = |s: &Sample| s.server(victim).and_then(|v| v.stot).unwrap_or(0);
-    let ready = |s: &Sample| s.ready.get(victim).is_some_and(|p| p.ok());
+    let ready = |s: &Sample| s.ready.get(victim).is_some_and(probe::ok);
     let from = |start: Option<usize>, f: &dyn Fn(&Sample) -> bool| {
         start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
     };
@@ -131,13 +131,7 @@ pub fn run(a: Args) -> Result<()> {
 /// One k6 run with `victim` killed `FIRST_KILL_S` s in: the kill's time, failures, summary.
 fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, Summary)> {
     let base = s.base.with_extension(victim);
-    let env = [
-        ("MODE", "steady".into()),
-        ("RATE", rate.to_string()),
-        ("DURATION", SECONDS.to_string()),
-        ("LOG_FAILURES", "1".into()),
-    ];
-    let k6 = k6::start("resilience.js", &env, &base)?;
+    let k6 = k6::steady(rate, SECONDS, &[("LOG_FAILURES", "1".into())], &base)?;
     // The kill counts from the first requests (k6 first loads the test set for a few seconds).
     let t_traffic = wait_traffic(&s.compose)?;
     std::thread::sleep(Duration::from_millis(
@@ -206,7 +200,7 @@ fn figures(rate: u32, r: &[KillReport], unexplained: usize, s: &[Summary], p: &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::probe::{parse_stat, Probe};
+    use crate::stack::probe::parse_stat;
 
     /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
     fn samples(rows: &str) -> Vec<Sample> {
@@ -216,8 +210,7 @@ mod tests {
             };
             let csv = format!("# pxname,svname,stot,status\napis,api1,{stot},{status}\n");
             let stat = parse_stat(&csv.replace('_', " ")).unwrap();
-            let ready =
-                [("api1".to_string(), ready.parse().map_or(Probe::Empty, Probe::Status))].into();
+            let ready = [("api1".to_string(), ready.parse().map_err(|_| "empty".into()))].into();
             Sample { t: t.parse().unwrap(), stat, ready, ..Sample::default() }
         };
         rows.split(';').map(sample).collect()

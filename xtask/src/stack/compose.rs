@@ -13,29 +13,24 @@ pub struct Compose {
     pub files: Vec<PathBuf>,
     /// The APIs, on `<service>.sock` in the shared volume (none for the floor and external).
     pub apis: Vec<String>,
-    pub layout: Layout,
     /// A submission: every image must be pinned by digest and here as linux/amd64.
     pub pinned: bool,
-}
-
-/// What the harness knows of a project's insides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// Ours: `haproxy` and the `apis`, their sockets and HAProxy's stats one in `sockets`.
-    Ours,
-    /// Someone else's: all we know is that it serves on port 9999.
-    External,
+    /// Someone else's project (`measure batch --external`), run as is without our stack check:
+    /// it serves when this says so. None: ours, with `haproxy` and the `apis`, their sockets and
+    /// HAProxy's stats one in the `sockets` volume.
+    pub external: Option<fn(&Compose) -> Result<()>>,
 }
 
 /// `p` from where the command was started (compose resolves files from its project directory).
-fn absolute(p: &Path) -> PathBuf {
+pub fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 impl Compose {
-    fn ours(project: &str, dir: PathBuf, files: Vec<PathBuf>, apis: &[&str]) -> Compose {
+    /// One of ours: `haproxy` and the `apis`.
+    pub fn ours(project: &str, dir: PathBuf, files: Vec<PathBuf>, apis: &[&str]) -> Compose {
         let (project, apis) = (project.into(), apis.iter().map(|a| a.to_string()).collect());
-        Compose { project, dir, files, apis, layout: Layout::Ours, pinned: false }
+        Compose { project, dir, files, apis, pinned: false, external: None }
     }
 
     /// The contest stack (`docker-compose.yml`) with `overrides` applied on top.
@@ -43,21 +38,6 @@ impl Compose {
         let base = std::iter::once(root().join("docker-compose.yml"));
         let files = base.chain(overrides.iter().map(|f| absolute(f))).collect();
         Compose::ours("fraudstack", root(), files, &["api1", "api2"])
-    }
-
-    /// HAProxy answering by itself (`docker/compose.floor.yml`).
-    pub fn floor() -> Compose {
-        let dir = root().join("docker");
-        Compose::ours("fraudfloor", dir.clone(), vec![dir.join("compose.floor.yml")], &[])
-    }
-
-    /// A project from elsewhere, as `fraud<name>` (what compose keeps of it), run from its dir.
-    pub fn external(name: &str, file: &Path) -> Compose {
-        let keep = |c: &char| c.is_ascii_alphanumeric() || *c == '-' || *c == '_';
-        let project = format!("fraud{name}").to_ascii_lowercase().chars().filter(keep).collect();
-        let (file, apis) = (absolute(file), vec![]);
-        let dir = file.parent().map_or_else(root, Path::to_path_buf);
-        Compose { project, dir, files: vec![file], apis, layout: Layout::External, pinned: false }
     }
 
     /// A submission directory: its docker-compose.yml alone, run from there.
@@ -69,7 +49,7 @@ impl Compose {
 
     /// Every service: ours HAProxy then the APIs; an external project's from compose.
     pub fn services(&self) -> Result<Vec<String>> {
-        if self.layout == Layout::Ours {
+        if self.external.is_none() {
             return Ok([vec!["haproxy".to_string()], self.apis.clone()].concat());
         }
         let text = util::read(&self.command(&["config", "--services"]))?;
@@ -172,27 +152,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn our_projects_a_submission_and_an_external_one() {
+    fn our_projects_and_a_submission() {
         let (o, sub) = ([PathBuf::from("o.yml")], Path::new("/x/sub"));
         let cases = [
-            (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2, "haproxy api1 api2"),
-            (Compose::floor(), "fraudfloor", "docker/compose.floor.yml", 1, "haproxy"),
-            (
-                Compose::submission(sub),
-                "fraudsubmission",
-                "/x/sub/docker-compose.yml",
-                1,
-                "haproxy api1 api2",
-            ),
+            (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2),
+            (Compose::submission(sub), "fraudsubmission", "/x/sub/docker-compose.yml", 1),
         ];
-        for (c, project, first, n, services) in cases {
-            assert_eq!((c.project.as_str(), c.files.len(), c.layout), (project, n, Layout::Ours));
+        for (c, project, first, n) in cases {
+            assert_eq!(
+                (c.project.as_str(), c.files.len(), c.external.is_none()),
+                (project, n, true)
+            );
             assert!(c.files[0].ends_with(first) && c.files.iter().all(|f| f.is_absolute()));
-            assert_eq!(c.services().unwrap().join(" "), services);
+            assert_eq!(c.services().unwrap().join(" "), "haproxy api1 api2");
         }
         assert!(Compose::submission(sub).pinned && !Compose::stack(&[]).pinned);
-        let c = Compose::external("Peer.2", Path::new("/x/peer/compose.yml"));
-        let got = (c.project.as_str(), c.dir.as_path(), c.layout, c.apis.len());
-        assert_eq!(got, ("fraudpeer2", Path::new("/x/peer"), Layout::External, 0));
     }
 }

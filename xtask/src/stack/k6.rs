@@ -5,9 +5,6 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The project's test set of the final's shape (the contest's CSV layout).
-pub const FINAL_SET: &str = "tests/data/final-test-data.csv.gz";
-
 /// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data(set: &str) -> Result<PathBuf> {
     let src = root().join(set);
@@ -90,8 +87,11 @@ pub fn file(base: &Path, ext: &str) -> PathBuf {
     PathBuf::from(format!("{}.{ext}", base.display()))
 }
 
+/// Environment variables of a k6 run.
+pub type Env = [(&'static str, String)];
+
 /// Starts k6 on `k6/<script>` with `env` (TEST_DATA: the public set unless given).
-pub fn start(script: &str, env: &[(&str, String)], base: &Path) -> Result<duct::Handle> {
+pub fn start(script: &str, env: &Env, base: &Path) -> Result<duct::Handle> {
     let e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script));
     let e = match env.iter().any(|(k, _)| *k == "TEST_DATA") {
         true => e,
@@ -100,6 +100,13 @@ pub fn start(script: &str, env: &[(&str, String)], base: &Path) -> Result<duct::
     let e = e.env("BASE_URL", "http://localhost:9999");
     let e = env.iter().fold(e.env("SUMMARY", file(base, "k6.json")), |e, (k, v)| e.env(k, v));
     util::to_log(e.unchecked(), &file(base, "k6.log")).start().context("cannot start k6")
+}
+
+/// `k6/resilience.js` at a steady `rate` for `seconds`, and `more` of its environment.
+pub fn steady(rate: u32, seconds: u32, more: &Env, base: &Path) -> Result<duct::Handle> {
+    let env =
+        [("MODE", "steady".into()), ("RATE", rate.to_string()), ("DURATION", seconds.to_string())];
+    start("resilience.js", &[&env[..], more].concat(), base)
 }
 
 /// Waits for k6 (its exit status is the caller's to judge) and reads its summary.

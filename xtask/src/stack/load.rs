@@ -2,14 +2,15 @@
 //! [`load_run`], one k6 replica run.
 
 use super::cgroup::{Cgroup, Snapshot};
-use super::compose::{inspect, Compose, Layout, Up};
+use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
-use super::probe::{haproxy_stat, ready_or_score, ready_tcp, ready_unix, wait_ready};
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
 use super::probe::{sample, Monitor, State};
-use super::{check, Common, Shape};
-use crate::util::{self, log};
+use super::{check, Common};
+use crate::util::{self, log, Background};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -52,15 +53,12 @@ impl Container {
             "memory at its limit ({peak:.1} of {limit:.0} MB, failcnt {})",
             a.memory_failcnt
         );
-        let t: Vec<String> = [
+        let t = util::failed([
             (!self.running, "not running".to_string()),
             (self.restarts > 0, format!("restarted {} times", self.restarts)),
             (self.oom_killed || self.oom_kills() > 0, "OOM kill".into()),
             (a.memory_failcnt > 0 || a.memory_peak >= a.memory_limit, memory),
-        ]
-        .into_iter()
-        .filter_map(|(bad, what)| bad.then_some(what))
-        .collect();
+        ]);
         (!t.is_empty()).then(|| format!("{}: {}", self.service, t.join(", ")))
     }
 }
@@ -77,22 +75,17 @@ pub struct Session {
 }
 
 impl Session {
-    /// Brings `compose` up and waits until it serves; checks ours (an external one: limits logged).
+    /// Brings `compose` up and waits until it serves; checks ours.
     pub fn start(name: &str, compose: &Compose) -> Result<Session> {
         let (t, up) = (Instant::now(), Up(compose.clone()));
-        if let Err(e) = compose.up().and_then(|()| wait_serving(compose)) {
+        let serving = compose.external.unwrap_or(wait_serving);
+        if let Err(e) = compose.up().and_then(|()| serving(compose)) {
             log!("last log lines:\n{}", compose.log_tail());
             return Err(e);
         }
         log!("{} ready in {:.1} s", compose.project, t.elapsed().as_secs_f64());
         let mut problems = Vec::new();
-        if compose.layout == Layout::External {
-            let limits =
-                |r: check::Report| format!("limits sum {:.2} CPU, {:.0} MB", r.cpus, r.memory_mb);
-            let limits = compose.config().and_then(|c| check::rules(&c)).map(limits);
-            let limits = limits.unwrap_or_else(|e| format!("limits unreadable: {e:#}"));
-            log!("{name}: external compose, run as is: our stack check is skipped ({limits})");
-        } else if !compose.apis.is_empty() {
+        if compose.external.is_none() && !compose.apis.is_empty() {
             problems = check::check(compose, true)?.problems;
         }
         let watched = compose.services()?.into_iter().map(|svc| {
@@ -127,13 +120,19 @@ impl Session {
         Session::start(gate, &Compose::stack(&common.overrides)).map(Some)
     }
 
-    /// A monitor of the stack every `interval`, writing `<base>.monitor.jsonl`.
-    pub fn monitor(&self, interval: Duration, probe: bool, memory: bool) -> Result<Monitor> {
+    /// Samples the stack every `interval` until stopped, each sample also a JSON line of
+    /// `<base>.monitor.jsonl`.
+    pub fn monitor(&self, every: Duration, probe: bool, memory: bool) -> Result<Monitor> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
         let memory: Vec<_> = memory.collect();
-        let sample = move || sample(&socket_dir, &apis, probe, &memory);
-        Ok(Monitor::start(&self.base.with_extension("monitor.jsonl"), interval, sample)?)
+        let file = std::fs::File::create(self.base.with_extension("monitor.jsonl"))?;
+        let mut out = std::io::LineWriter::new(file);
+        Ok(Background::every(every, vec![], move |all| {
+            let s = sample(&socket_dir, &apis, probe, &memory);
+            let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
+            all.push(s);
+        }))
     }
 
     /// Every container's counters now, against the start.
@@ -164,20 +163,9 @@ fn restart_count(inspect: &serde_json::Value) -> u32 {
     inspect["RestartCount"].as_u64().unwrap_or(0) as u32
 }
 
-/// Each API's own `/ready`, HAProxy's, every server UP; an external project's port 9999 once per
-/// service (so a round-robin balancer passed a probe to each API).
+/// Each API's own `/ready`, HAProxy's, every server UP.
 fn wait_serving(compose: &Compose) -> Result<()> {
-    let (half, every, s) =
-        (Duration::from_millis(500), Duration::from_millis(100), Duration::from_secs);
-    if compose.layout == Layout::External {
-        let n = compose.services()?.len();
-        for i in 1..=n {
-            util::poll(&format!("port 9999 ({i} of {n})"), s(90), every, || {
-                Ok(ready_or_score(9999, half))
-            })?;
-        }
-        return Ok(());
-    }
+    let (half, s) = (Duration::from_millis(500), Duration::from_secs);
     for api in &compose.apis {
         let sock = compose.socket_dir()?.join(format!("{api}.sock"));
         wait_ready(api, s(90), || ready_unix(&sock, half))?;
@@ -224,7 +212,8 @@ pub fn wait_traffic(compose: &Compose) -> Result<u64> {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LoadRun {
     pub config: String,
-    pub shape: Shape,
+    /// k6's environment (`k6::start` adds the public set's TEST_DATA when it names none).
+    pub load: Vec<(String, String)>,
     pub started: String,
     pub load_before: String,
     pub load_after: String,
@@ -248,21 +237,23 @@ impl LoadRun {
     }
 }
 
-/// Brings `compose` up, runs k6 in `shape`, takes it down; the run is also written as JSON.
-pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun> {
-    let mode = format!("{:?}", shape.shape).to_lowercase();
+/// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run is also
+/// written as JSON.
+pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRun> {
+    let mode = env.iter().find(|(k, _)| *k == "MODE").map_or("", |(_, v)| v.as_str());
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
     log!("{config}: k6 {mode} run (load {})", s.load_start);
-    let k6 = k6::start("fraud-test.js", &shape.env()?, &s.base)?;
+    let k6 = k6::start("fraud-test.js", env, &s.base)?;
     let (status, summary) = k6::finish(&k6, &s.base)?;
     let containers = s.containers()?;
     let Session { mut problems, base, started, load_start: load_before, up, .. } = s;
     drop(up);
     problems.extend(containers.iter().filter_map(Container::trouble));
     let (config, load_after, k6_exit) = (config.to_string(), util::loadavg(), status.code());
+    let load = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     let run = LoadRun {
         config,
-        shape,
+        load,
         started,
         load_before,
         load_after,
@@ -277,9 +268,8 @@ pub fn load_run(config: &str, compose: &Compose, shape: Shape) -> Result<LoadRun
     for c in &run.containers {
         let (svc, cpus, cpu, peak, limit) =
             (&c.service, c.cpus, c.cpu_s(), c.peak_mb(), c.limit_mb());
-        let (per, throttled, restarts) =
-            (run.cpu_us_per_request(svc).unwrap_or(0.0), c.throttled(), c.restarts);
-        log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {throttled}  peak {peak:.1} of {limit:.0} MB  restarts {restarts}");
+        let per = run.cpu_us_per_request(svc).unwrap_or(0.0);
+        log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {}  peak {peak:.1} of {limit:.0} MB  restarts {}", c.throttled(), c.restarts);
     }
     Ok(run)
 }

@@ -3,7 +3,7 @@
 mod attack;
 mod cgroup;
 mod chaos;
-mod check;
+pub mod check;
 pub mod compose;
 mod images;
 pub mod k6;
@@ -15,7 +15,6 @@ mod submission;
 use crate::util::{self, log};
 use anyhow::Result;
 use compose::Compose;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -44,55 +43,13 @@ impl Common {
     }
 }
 
-/// The load shape of a run of `k6/fraud-test.js`.
-#[derive(clap::Args, Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Shape {
-    /// `final`: the contest's final ramp over tests/data/final-test-data.csv.gz (~100 s);
-    /// `preview`: 1 -> 900 req/s over 120 s, the public set; `smoke`: --rate for --seconds.
-    #[arg(long, value_enum, default_value = "final")]
-    shape: Kind,
-    /// Requests per second of `--shape smoke`.
-    #[arg(long, default_value_t = SMOKE_RATE)]
-    rate: u32,
-    /// Seconds of `--shape smoke`.
-    #[arg(long, default_value_t = 15)]
-    seconds: u32,
-}
-
 /// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
 pub const SMOKE_RATE: u32 = 1130;
-/// The smoke gate's load (also the submission's).
-const SMOKE: Shape = Shape { shape: Kind::Smoke, rate: SMOKE_RATE, seconds: 15 };
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    #[default]
-    Final,
-    Preview,
-    Smoke,
-}
-
-impl Shape {
-    /// k6's environment: the script's MODE and its test set.
-    fn env(&self) -> Result<Vec<(&'static str, String)>> {
-        let (mode, set) = match self.shape {
-            Kind::Final => ("final", k6::FINAL_SET),
-            Kind::Preview => ("full", util::TEST_SET),
-            Kind::Smoke => ("smoke", util::TEST_SET),
-        };
-        let mut env = vec![
-            ("MODE", mode.to_string()),
-            ("TEST_DATA", k6::test_data(set)?.display().to_string()),
-        ];
-        if self.shape == Kind::Smoke {
-            env.extend([
-                ("RATE", self.rate.to_string()),
-                ("DURATION", format!("{}s", self.seconds)),
-            ]);
-        }
-        Ok(env)
-    }
+/// The smoke gate's load (also the submission's): `k6/fraud-test.js` at [`SMOKE_RATE`] for
+/// 15 s over the public set.
+fn smoke() -> Vec<(&'static str, String)> {
+    vec![("MODE", "smoke".into()), ("RATE", SMOKE_RATE.to_string()), ("DURATION", "15s".into())]
 }
 
 #[derive(clap::Subcommand)]
@@ -147,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
-            let r = load::load_run("stack", &Compose::stack(&common.overrides), SMOKE)?;
+            let r = load::load_run("stack", &Compose::stack(&common.overrides), &smoke())?;
             let figures = format!("{}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
             util::verdict("stack smoke", r.passed(), &figures, &r)
         }
@@ -185,27 +142,4 @@ pub fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
     }
     <Cli<A> as clap::Parser>::try_parse_from(std::iter::once("x").chain(argv.split_whitespace()))
         .map(|c| c.args)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_load_shape_is_typed() {
-        let env = |argv: &str| {
-            let e = super::parse::<super::Shape>(argv).unwrap().env().unwrap();
-            crate::util::list(e, |(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
-        };
-        let cases = [
-            ("", "MODE=final, TEST_DATA=final-test-data.csv"),
-            ("--shape preview", "MODE=full, TEST_DATA=test-data.json"),
-            (
-                "--shape smoke --rate 900 --seconds 20",
-                "MODE=smoke, TEST_DATA=test-data.json, RATE=900, DURATION=20s",
-            ),
-        ];
-        for (argv, want) in cases {
-            assert_eq!(env(argv), want);
-        }
-        assert!(super::parse::<super::Shape>("--shape fast").is_err());
-    }
 }

@@ -97,15 +97,10 @@ pub fn run(common: Common) -> Result<()> {
 
 /// k6 at the peak throughout, wrk adding the overload in the middle.
 fn load(s: &Session, bodies: &Path) -> Result<Loaded> {
-    let env = [
-        ("MODE", "steady".into()),
-        ("RATE", RATE.to_string()),
-        ("DURATION", (BEFORE + OVER + AFTER).to_string()),
-    ];
     log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {})", util::loadavg());
     // Children's rusage grows when a child is waited for (wrk, then k6).
     let cpu0 = children_cpu_s();
-    let k6 = k6::start("resilience.js", &env, &s.base)?;
+    let k6 = k6::steady(RATE, BEFORE + OVER + AFTER, &[], &s.base)?;
     // k6 starts sending a few seconds after it starts (it loads the test set first).
     wait_traffic(&s.compose)?;
     std::thread::sleep(Duration::from_secs(BEFORE.into()));

@@ -1,5 +1,5 @@
-//! Asking the stack how it is: `GET /ready` by TCP or an API's socket, HAProxy's `show stat`,
-//! and [`Monitor`], a thread sampling all that (and memory) under load as JSON lines.
+//! Asking the stack how it is: `GET /ready` by TCP or an API's socket (raw sockets: ureq speaks
+//! no Unix socket), HAProxy's `show stat`, and [`sample`], all that (and memory) at one moment.
 
 use super::cgroup::Cgroup;
 use crate::util;
@@ -10,78 +10,44 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
-/// The contest documentation's first worked example (5 legit neighbours, approved).
-const SAMPLE: &str = r#"{"id":"tx-xtask-ready","transaction":{"amount":41.12,"installments":2,"requested_at":"2026-03-11T18:45:53Z"},"customer":{"avg_amount":82.24,"tx_count_24h":3,"known_merchants":["MERC-003","MERC-016"]},"merchant":{"id":"MERC-016","mcc":"5411","avg_amount":60.25},"terminal":{"is_online":false,"card_present":true,"km_from_home":29.23},"last_transaction":null}"#;
+/// What a probe got: an HTTP status, or why there is none (`empty`: the connection closed
+/// without one; else the I/O error's kind).
+pub type Probe = Result<u16, String>;
 
-/// `POST /fraud-score` with [`SAMPLE`], as k6 sends it (JSON content type, keep-alive off).
-fn score_request() -> Vec<u8> {
-    let head = "POST /fraud-score HTTP/1.1\r\nHost: xtask\r\nContent-Type: application/json\r\n";
-    format!("{head}Content-Length: {}\r\nConnection: close\r\n\r\n{SAMPLE}", SAMPLE.len())
-        .into_bytes()
-}
-
-/// What a probe got: an HTTP status, a connection closed without one, or the I/O error's kind.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Probe {
-    Status(u16),
-    Empty,
-    Failed(String),
-}
-
-impl Probe {
-    /// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
-    pub fn ok(&self) -> bool {
-        matches!(self, Probe::Status(200..=299))
-    }
-}
-
-impl std::fmt::Display for Probe {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Probe::Status(s) => write!(f, "{s}"),
-            Probe::Empty => write!(f, "empty"),
-            Probe::Failed(k) => write!(f, "{k}"),
-        }
-    }
+/// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
+pub fn ok(p: &Probe) -> bool {
+    matches!(p, Ok(200..=299))
 }
 
 /// The status of the answer to `request` on a new connection (its read timeout set).
 fn exchange(connected: std::io::Result<impl Read + Write>, request: &[u8]) -> Probe {
-    let failed = |e: std::io::Error| Probe::Failed(format!("{:?}", e.kind()));
-    let mut stream = match connected.and_then(|mut s| s.write_all(request).map(|()| s)) {
-        Ok(s) => s,
-        Err(e) => return failed(e),
-    };
+    let failed = |e: std::io::Error| format!("{:?}", e.kind());
+    let mut stream =
+        connected.and_then(|mut s| s.write_all(request).map(|()| s)).map_err(failed)?;
     let (mut buf, mut n) = ([0u8; 64], 0);
     while n < buf.len() && !buf[..n].contains(&b'\n') {
-        match stream.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) => return failed(e),
+        match stream.read(&mut buf[n..]).map_err(failed)? {
+            0 => break,
+            k => n += k,
         }
     }
     // "HTTP/1.1 200 OK"
     let line = std::str::from_utf8(&buf[..n]).unwrap_or("");
     let code = line.strip_prefix("HTTP/1.1 ").or(line.strip_prefix("HTTP/1.0 "));
-    code.and_then(|s| s.get(..3)?.parse().ok()).map_or(Probe::Empty, Probe::Status)
+    code.and_then(|s| s.get(..3)?.parse().ok()).ok_or("empty".into())
 }
 
-fn request_tcp(port: u16, request: &[u8], t: Duration) -> Probe {
+/// `GET /ready` on the loopback port.
+pub fn ready_tcp(port: u16, t: Duration) -> Probe {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let s =
-        TcpStream::connect_timeout(&addr, t).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s));
-    exchange(s, request)
-}
-
-pub fn ready_tcp(port: u16, timeout: Duration) -> Probe {
-    request_tcp(port, READY, timeout)
+    exchange(
+        TcpStream::connect_timeout(&addr, t).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)),
+        READY,
+    )
 }
 
 /// `GET /ready` on an API's own Unix socket, bypassing HAProxy.
@@ -89,23 +55,11 @@ pub fn ready_unix(path: &Path, t: Duration) -> Probe {
     exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
 }
 
-/// An unknown project's readiness: `GET /ready` 2xx or, on a 4xx, `POST /fraud-score` 200.
-pub fn ready_or_score(port: u16, timeout: Duration) -> Result<(), String> {
-    match ready_tcp(port, timeout) {
-        ready if ready.ok() => Ok(()),
-        ready @ Probe::Status(400..=499) => match request_tcp(port, &score_request(), timeout) {
-            Probe::Status(200) => Ok(()),
-            score => Err(format!("/ready {ready}, POST /fraud-score {score}")),
-        },
-        other => Err(other.to_string()),
-    }
-}
-
 /// Polls `probe` every 100 ms until it answers 2xx; fails after `limit` with the last answer.
 pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Result<()> {
     util::poll(&format!("{what}: /ready 2xx"), limit, Duration::from_millis(100), || {
         let p = probe();
-        Ok(if p.ok() { Ok(()) } else { Err(p.to_string()) })
+        Ok(if ok(&p) { Ok(()) } else { Err(p.map_or_else(|e| e, |s| s.to_string())) })
     })
 }
 
@@ -158,6 +112,9 @@ pub fn haproxy_stat(sock: &Path) -> Result<Vec<StatRow>> {
     parse_stat(&text)
 }
 
+/// The stack's samples, every so often on a thread of their own until stopped.
+pub type Monitor = util::Background<Vec<Sample>>;
+
 /// The stack at one moment (Unix ms): HAProxy's rows, each API's `/ready`, port 9999, memory MB.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Sample {
@@ -195,43 +152,6 @@ pub fn sample(sockets: &Path, apis: &[String], probe: bool, memory: &[(String, C
         s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
     }
     s
-}
-
-pub struct Monitor {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Vec<Sample>>,
-}
-
-impl Monitor {
-    /// Samples every `interval` until stopped, writing each as a JSON line to `out`.
-    pub fn start(
-        out: &Path,
-        interval: Duration,
-        mut sample: impl FnMut() -> Sample + Send + 'static,
-    ) -> std::io::Result<Monitor> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let mut out = std::io::BufWriter::new(std::fs::File::create(out)?);
-        let handle = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let s = sample();
-                let _ = serde_json::to_writer(&mut out, &s).map(|_| writeln!(out));
-                all.push(s);
-                std::thread::sleep(interval.saturating_sub(t.elapsed()));
-            }
-            let _ = out.flush();
-            all
-        });
-        Ok(Monitor { stop, handle })
-    }
-
-    /// Stops sampling and returns every sample.
-    pub fn stop(self) -> Vec<Sample> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -274,49 +194,16 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
             exchange(Ok(ours), READY)
         };
         let cases: [(&[u8], Probe, bool); 4] = [
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", Probe::Status(200), true),
-            (b"HTTP/1.1 503 Service Unavailable\r\n", Probe::Status(503), false),
-            (b"HTTP/1.1 204 No Content\r\n\r\n", Probe::Status(204), true),
-            (b"", Probe::Empty, false),
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", Ok(200), true),
+            (b"HTTP/1.1 503 Service Unavailable\r\n", Ok(503), false),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", Ok(204), true),
+            (b"", Err("empty".into()), false),
         ];
-        for (answer, want, ok) in cases {
+        for (answer, want, ready) in cases {
             let got = status(answer);
-            assert_eq!((got.ok(), got.to_string()), (ok, want.to_string()));
+            assert_eq!((ok(&got), got), (ready, want));
         }
         let p = ready_unix(Path::new("/nonexistent/x.sock"), Duration::from_millis(10));
-        assert_eq!(p, Probe::Failed("NotFound".into()));
-    }
-
-    #[test]
-    fn an_external_project_is_ready_on_ready_or_a_scored_request() {
-        // A loopback listener that answers every connection with one canned status line.
-        let serve = |answers: &'static [&'static str]| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = l.local_addr().unwrap().port();
-            std::thread::spawn(move || {
-                for (a, s) in answers.iter().zip(l.incoming()) {
-                    let mut s = s.unwrap();
-                    let _ = s.read(&mut [0; 1024]);
-                    let _ = s.write_all(format!("HTTP/1.1 {a}\r\n\r\n").as_bytes());
-                }
-            });
-            port
-        };
-        let cases: [(&'static [&'static str], Result<(), &str>); 4] = [
-            (&["204 No Content"], Ok(())),
-            (&["404 Not Found", "200 OK"], Ok(())),
-            (&["405 No", "503 No"], Err("/ready 405, POST /fraud-score 503")),
-            (&["502 Bad Gateway"], Err("502")),
-        ];
-        for (answers, want) in cases {
-            let got = ready_or_score(serve(answers), Duration::from_secs(2));
-            assert_eq!(got, want.map_err(String::from), "{answers:?}");
-        }
-        let r = String::from_utf8(score_request()).unwrap();
-        let (head, body) = r.split_once("\r\n\r\n").unwrap();
-        let length = format!("Content-Length: {}", body.len());
-        assert!(head.starts_with("POST /fraud-score HTTP/1.1\r\n") && head.contains(&length));
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert!(v["merchant"]["mcc"] == "5411" && v["last_transaction"].is_null());
+        assert_eq!(p, Err("NotFound".into()));
     }
 }

@@ -2,7 +2,7 @@
 //! digest; `--test` (CI) pushes to a loopback registry and smokes it with the images pulled back.
 
 use super::compose::{image_inspect, Compose};
-use super::{check, images, load, Common, SMOKE};
+use super::{check, images, load, Common};
 use crate::util::{self, log, root};
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -61,7 +61,7 @@ pub fn run(a: Args) -> Result<()> {
             util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
-        let run = load::load_run("submission", &c, SMOKE);
+        let run = load::load_run("submission", &c, &super::smoke());
         for (pinned, tag) in [(&api, images::API), (&balancer, images::HAPROXY)] {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
