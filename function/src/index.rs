@@ -8,8 +8,9 @@
 //! - `linker` (up to 1,920 MiB): the assembler includes the file (`.incbin`) in a section of
 //!   its own, `.lrodata.fraud_index`. rustc holds an `include_bytes` constant in memory many
 //!   times over while it compiles (a 300 MB one took 5.4 GB, docs/SCALING.md); the assembler
-//!   reads the file once. The static runtime's 32-bit offsets must still span the binary, so
-//!   the whole binary stays within 2 GiB;
+//!   reads the file once, between two labels whose distance the binary checks at start against
+//!   the length it was built for. The static runtime's 32-bit offsets must still span the
+//!   binary, so the whole binary stays within 2 GiB;
 //! - `file` (beyond): the artifact ships beside the binary ([`embed::FILE_NAME`]) and is mapped
 //!   read-only at first use, the same lazy, zero-copy pages as the other forms ([`file`]). The
 //!   file is looked up in `FRAUD_INDEX_FILE` if set, else beside the executable, else where
@@ -72,11 +73,6 @@ fn artifact_bytes() -> Result<&'static [u8], IndexError> {
     static ARTIFACT: &[u8] =
         include_bytes_aligned::include_bytes_aligned!(32, env!("FRAUD_INDEX_ARTIFACT"));
     Ok(ARTIFACT)
-}
-
-#[cfg(fraud_index_linker)]
-fn artifact_bytes() -> Result<&'static [u8], IndexError> {
-    Ok(linked::ARTIFACT)
 }
 
 #[cfg(fraud_index_file)]
@@ -328,50 +324,54 @@ pub mod file {
     }
 }
 
-/// The assembly that includes an artifact file in a section of its own under the symbol
-/// `fraud_index_artifact`, and fails to assemble unless the file has exactly `$len` bytes (the
-/// length the Rust side declares). Both arguments are string literals (or `env!`/`concat!`).
-#[cfg_attr(not(fraud_index_linker), allow(unused_macros))]
-macro_rules! linked_artifact_asm {
-    ($path:expr, $len:expr) => {
+#[cfg(fraud_index_linker)]
+fn artifact_bytes() -> Result<&'static [u8], IndexError> {
+    linked::artifact()
+}
+
+/// The linked artifact's bytes between its two labels, once their distance is the declared
+/// length (the check an assembler cannot make: LLVM's does not evaluate a distance across an
+/// `.incbin` in `.if`).
+#[cfg_attr(not(fraud_index_linker), allow(dead_code))]
+fn linked_bytes(start: *const u8, end: *const u8, declared: usize) -> Result<usize, IndexError> {
+    let length = (end as usize).wrapping_sub(start as usize);
+    if length != declared {
+        return Err(IndexError::File(format!(
+            "the index linked into this binary is {length} bytes, but the binary was built for \
+             {declared}: rebuild it"
+        )));
+    }
+    Ok(length)
+}
+
+#[cfg(fraud_index_linker)]
+mod linked {
+    use super::{linked_bytes, IndexError};
+
+    // The artifact's bytes, read by the assembler into a large-data section of its own, page
+    // aligned, between two labels. Where the linker puts the section (rust-lld: before `.text`)
+    // does not matter to the reference below, only the binary's total size does, which
+    // `index_pack::embed::LINKER_MAX` bounds (docs/results/2026-12-06-index-forms.md).
+    std::arch::global_asm!(
         concat!(
             ".pushsection .lrodata.fraud_index,\"a\",@progbits\n",
             ".balign 4096\n",
             ".globl fraud_index_artifact\n",
             "fraud_index_artifact:\n",
             ".incbin \"",
-            $path,
-            "\"\n",
-            "fraud_index_artifact_end:\n",
-            ".if fraud_index_artifact_end - fraud_index_artifact - ",
-            $len,
-            "\n",
-            ".error \"the included index artifact does not have the length the binary declares\"\n",
-            ".endif\n",
-            ".popsection\n"
-        )
-    };
-}
-
-#[cfg(fraud_index_linker)]
-mod linked {
-    // The artifact's bytes, read by the assembler into a large-data section of its own, page
-    // aligned; the assembler refuses a file of another length than `LEN` (the macro's `.if`).
-    // Where the linker puts the section (rust-lld: before `.text`) does not matter to the
-    // reference below, only the binary's total size does, which `index_pack::embed::LINKER_MAX`
-    // bounds (docs/results/2026-12-06-index-forms.md).
-    std::arch::global_asm!(
-        linked_artifact_asm!(
             env!("FRAUD_INDEX_ARTIFACT"),
-            env!("FRAUD_INDEX_ARTIFACT_LEN")
+            "\"\n",
+            ".globl fraud_index_artifact_end\n",
+            "fraud_index_artifact_end:\n",
+            ".popsection\n"
         ),
         options(raw)
     );
 
     extern "C" {
-        // Declared with its length, which the assembler checked: a reference to it is in
-        // bounds.
-        static fraud_index_artifact: [u8; LEN];
+        // Zero-sized: only their addresses are used, until the distance between them is checked.
+        static fraud_index_artifact: [u8; 0];
+        static fraud_index_artifact_end: [u8; 0];
     }
 
     /// The artifact's length, from the build script.
@@ -380,10 +380,15 @@ mod linked {
         Err(_) => panic!("FRAUD_INDEX_ARTIFACT_LEN is not a number"),
     };
 
-    // SAFETY: `fraud_index_artifact` labels the LEN bytes (checked by the assembler) it copied
-    // from the artifact into a read-only, allocated section of this binary: valid, never
-    // written, for the whole process.
-    pub static ARTIFACT: &[u8] = unsafe { &fraud_index_artifact };
+    pub fn artifact() -> Result<&'static [u8], IndexError> {
+        let start = std::ptr::addr_of!(fraud_index_artifact).cast::<u8>();
+        let end = std::ptr::addr_of!(fraud_index_artifact_end).cast::<u8>();
+        let len = linked_bytes(start, end, LEN)?;
+        // SAFETY: the `len` bytes from `start` are those the assembler copied from the artifact
+        // into a read-only, allocated section of this binary (their length checked just above):
+        // valid, never written, for the whole process.
+        Ok(unsafe { std::slice::from_raw_parts(start, len) })
+    }
 }
 
 /// How the embedded index is made resident (see the module docs).
@@ -650,40 +655,17 @@ mod tests {
         );
     }
 
-    /// The linker form's length check: the assembly it includes the artifact with assembles
-    /// when the declared length is the file's, and stops with its `.error` otherwise (the GNU
-    /// assembler, as rustc's integrated one reads the same directives).
+    /// The linker form's length check: the bytes between the two labels must be the length the
+    /// binary declares.
     #[test]
     fn the_linked_artifact_must_have_the_declared_length() {
-        let assemble = |asm: &str| {
-            let dir = std::env::temp_dir();
-            let src = dir.join(format!("fraud-incbin-{}.s", std::process::id()));
-            std::fs::write(&src, asm).unwrap();
-            let out = std::process::Command::new("as")
-                .arg(&src)
-                .arg("-o")
-                .arg(dir.join(format!("fraud-incbin-{}.o", std::process::id())))
-                .output()
-                .expect("the GNU assembler (binutils) runs");
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stderr).to_string(),
-            )
-        };
-        const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin");
-        assert_eq!(std::fs::metadata(FIXTURE).unwrap().len(), 16);
-        let (ok, said) = assemble(linked_artifact_asm!(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin"),
-            "16"
-        ));
-        assert!(ok, "{said}");
-        let (ok, said) = assemble(linked_artifact_asm!(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/incbin-16.bin"),
-            "17"
-        ));
+        let bytes = [0u8; 16];
+        let (start, end) = (bytes.as_ptr(), bytes.as_ptr().wrapping_add(16));
+        assert_eq!(linked_bytes(start, end, 16), Ok(16));
+        let e = linked_bytes(start, end, 17).unwrap_err().to_string();
         assert!(
-            !ok && said.contains("does not have the length the binary declares"),
-            "{said}"
+            e.contains("16 bytes, but the binary was built for 17"),
+            "{e}"
         );
     }
 

@@ -6,9 +6,10 @@
 //! - [`Embed::Bytes`]: an `include_bytes_aligned!` constant. rustc holds the constant several
 //!   times over while it compiles (5.4 GB of build memory for a 300 MB artifact,
 //!   docs/SCALING.md), so it is the default only up to [`BYTES_DEFAULT_MAX`].
-//! - [`Embed::Linker`]: the assembler includes the file in a section of its own (and refuses a
-//!   file of another length than the one the binary declares). rust-lld places that section
-//!   before `.text`, and the static C runtime addresses symbols across it (`_end`,
+//! - [`Embed::Linker`]: the assembler includes the file in a section of its own between two
+//!   labels, whose distance the binary checks at start against the length it was built for.
+//!   rust-lld places that section before `.text`, and the static C runtime addresses symbols
+//!   across it (`_end`,
 //!   `__ehdr_start`) with 32-bit offsets, so the whole binary must stay within 2 GiB: a 1,990
 //!   MiB section links, 2,600 MiB and 3,024 MB ones fail with "relocation R_X86_64_PC32 out of
 //!   range", in any section or code model (docs/results/2026-12-06-index-forms.md). Up to
