@@ -6,3 +6,15 @@
 .PHONY: build-FraudScoreFunction
 build-FraudScoreFunction:
 	cargo xtask lambda build --artifacts-dir "$(ARTIFACTS_DIR)"
+
+# The PreTraffic hook (template.yaml's PreTrafficHook): deploy-hook's static `pretraffic` as
+# `bootstrap`, and beside it the labelled sample (`labeller deploy-sample` over the references
+# the scorer's index was built from).
+.PHONY: build-PreTrafficHook
+build-PreTrafficHook:
+	cargo xtask lambda build --hook --artifacts-dir "$(ARTIFACTS_DIR)"
+
+# The front over shards (template-sharded.yaml's Front): fan-out's static `front` as `bootstrap`.
+.PHONY: build-Front
+build-Front:
+	cargo xtask lambda build --front --artifacts-dir "$(ARTIFACTS_DIR)"
