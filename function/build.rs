@@ -47,12 +47,7 @@ fn main() {
     });
     if let Some(prebuilt) = prebuilt {
         println!("cargo:rerun-if-changed={}", prebuilt.display());
-        // Read once, into the alignment the checks need (an artifact can be gigabytes).
-        let mut bytes = index_pack::format::aligned_copy(&[]);
-        let mut file = std::fs::File::open(&prebuilt)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
-        std::io::copy(&mut file, &mut bytes)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", prebuilt.display()));
+        let bytes = read_aligned(&prebuilt);
         check(&bytes);
         // A new file renamed into place: the file form maps this file, and a mapped file must
         // never change under its reader.
@@ -78,17 +73,20 @@ fn main() {
             ..Default::default()
         };
         let started = std::time::Instant::now();
-        let bytes = index_pack::pack_file(&refs, &expect, &opts)
+        // Packed beside, checked, then renamed into place: `fraud-index.idx` is only ever a
+        // checked artifact.
+        let packed = out.with_extension("idx.packed");
+        let written = index_pack::pack_file(&refs, &expect, &opts, &packed)
             .unwrap_or_else(|e| panic!("packing {} failed: {e:#}", refs.display()));
-        check(&bytes);
-        index_pack::write_atomically(&out, &bytes).unwrap();
+        check(&read_aligned(&packed));
+        std::fs::rename(&packed, &out).unwrap();
         println!(
             "cargo:warning=packed {} ({} codec) into {} bytes in {:.1} s, artifact SHA-256 {}",
             refs.display(),
             codec.name(),
-            bytes.len(),
+            written.bytes,
             started.elapsed().as_secs_f64(),
-            index_pack::sha256_hex(&bytes)
+            written.sha256
         );
     }
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT={}", out.display());
@@ -129,6 +127,16 @@ fn main() {
 
 /// Full check before embedding: footer, CRC32, archive validation, layout, values.
 #[cfg(feature = "embedded-index")]
+/// Reads a file once, into the alignment the checks need (an artifact can be gigabytes).
+fn read_aligned(path: &std::path::Path) -> impl std::ops::Deref<Target = [u8]> {
+    let mut bytes = index_pack::format::aligned_copy(&[]);
+    let mut file =
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    std::io::copy(&mut file, &mut bytes)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    bytes
+}
+
 fn check(bytes: &[u8]) {
     let aligned;
     let bytes = if (bytes.as_ptr() as usize).is_multiple_of(index_pack::format::ARCHIVE_ALIGN) {

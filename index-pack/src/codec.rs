@@ -15,9 +15,60 @@ pub type RowLanes = [i16; LANES];
 /// Encodes rows (a multiple of [`GROUP_ROWS`] of them) with the chosen codec.
 pub fn encode(kind: CodecKind, rows: &[RowLanes]) -> Codes {
     assert_eq!(rows.len() % GROUP_ROWS, 0, "rows must fill whole groups");
-    match kind {
-        CodecKind::I16 => Codes::I16(rows.chunks_exact(GROUP_ROWS).map(i16_group).collect()),
-        CodecKind::F16 => Codes::F16(rows.chunks_exact(GROUP_ROWS).map(f16_group).collect()),
+    let mut e = Encoder::with_capacity(kind, rows.len());
+    rows.iter().for_each(|r| e.push(r));
+    e.finish()
+}
+
+/// Encodes rows one at a time, a group as soon as it is full, so a layout never holds its rows
+/// twice (as lanes and as codes).
+pub struct Encoder {
+    codes: Codes,
+    /// The rows of the group being filled.
+    pending: Vec<RowLanes>,
+}
+
+impl Encoder {
+    /// An encoder with room for `rows` rows (rounded up to whole groups).
+    pub fn with_capacity(kind: CodecKind, rows: usize) -> Encoder {
+        let groups = rows.div_ceil(GROUP_ROWS);
+        Encoder {
+            codes: match kind {
+                CodecKind::I16 => Codes::I16(Vec::with_capacity(groups)),
+                CodecKind::F16 => Codes::F16(Vec::with_capacity(groups)),
+            },
+            pending: Vec::with_capacity(GROUP_ROWS),
+        }
+    }
+
+    pub fn push(&mut self, row: &RowLanes) {
+        self.pending.push(*row);
+        if self.pending.len() == GROUP_ROWS {
+            match &mut self.codes {
+                Codes::I16(g) => g.push(i16_group(&self.pending)),
+                Codes::F16(g) => g.push(f16_group(&self.pending)),
+            }
+            self.pending.clear();
+        }
+    }
+
+    /// Appends another encoder's codes; both must be at a group boundary.
+    pub fn append(&mut self, other: Encoder) {
+        assert!(
+            self.pending.is_empty() && other.pending.is_empty(),
+            "codes are appended a whole group at a time"
+        );
+        match (&mut self.codes, other.codes) {
+            (Codes::I16(a), Codes::I16(b)) => a.extend_from_slice(&b),
+            (Codes::F16(a), Codes::F16(b)) => a.extend_from_slice(&b),
+            _ => panic!("codes of two codecs cannot be appended"),
+        }
+    }
+
+    /// The codes; the rows pushed must fill whole groups.
+    pub fn finish(self) -> Codes {
+        assert!(self.pending.is_empty(), "rows must fill whole groups");
+        self.codes
     }
 }
 

@@ -1,23 +1,31 @@
 //! From references, trained centroids and an assignment to an [`Index`]: lists, blocks, bounds.
 //!
-//! This part is pure and deterministic (no faiss, no threads), so tests build small indexes in
-//! memory with any centroids they like, and the packer's output depends only on its inputs.
+//! This part is deterministic (no faiss; threads only run independent partitions), so tests
+//! build small indexes in memory with any centroids they like, and the packer's output depends
+//! only on its inputs.
 //!
-//! - Partitions: references grouped by (key, label), lists by k-means cell inside them; inside
-//!   a list the rows keep ascending original index until the k-d splits reorder them.
+//! - Partitions: references grouped by (key, label) as they are read ([`Partitioned`]), lists by
+//!   k-means cell inside them; inside a list the rows keep ascending position until the k-d
+//!   splits reorder them.
 //! - Each partition is one tree of fan-out 8. Its upper nodes group lists: three halvings by
 //!   list count on the widest lane of the lists' row means. Below a list, its rows: three
-//!   halvings on the widest row lane (ties: lowest lane; order inside a side: value, then
-//!   original index) at a multiple of [`GROUP_ROWS`] near the middle, until a piece has at most
-//!   `block_rows` rows; such a piece is a block (a leaf). Small boxes are what make pruning work.
+//!   halvings on the widest row lane (ties: lowest lane; sides split by value, then position)
+//!   at a multiple of [`GROUP_ROWS`] near the middle, until a piece has at most `block_rows`
+//!   rows; such a piece is a block (a leaf). Small boxes are what make pruning work.
 //! - Slots follow the depth-first walk, so a subtree's rows are contiguous; a node's child
 //!   nodes get consecutive indices.
+//!
+//! **Cost.** A list's rows are gathered into a buffer of their own before they are split, and a
+//! split selects its cut (`select_nth_unstable`) rather than sorting, so the layout is linear in
+//! the rows per level of the k-d tree and reads them from cache. Partitions are laid out on two
+//! threads, and each partition's rows are dropped once its part of the index is written, so the
+//! references and the index being built are not both held whole (docs/SCALING.md, "Packing").
 
 use crate::codec::{self, RowLanes};
 use crate::format::{
     Block, Bounds, BoundsGroup, ChildRef, CodecKind, Header, Index, List, Part, Partition,
-    BLOCK_BIT, DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEY_DIMS, LANES, NO_CHILD, PAD_ID, PAIRS,
-    ROW_DIMS, SCALE,
+    BLOCK_BIT, DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEYS, KEY_DIMS, LANES, NO_CHILD, PAD_ID,
+    PAIRS, ROW_DIMS, SCALE,
 };
 
 /// Reference vectors in fixed point, with their labels, in file order.
@@ -156,6 +164,100 @@ pub fn build_sampled(refs: &References, cells: usize, params: &LayoutParams) -> 
     build(refs, &centroids, &assignment, params)
 }
 
+/// One reference as the layout holds it: its row lanes (the padding lane 0) and its index
+/// among the references of this part, in file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub lanes: RowLanes,
+    pub index: u32,
+}
+
+/// References grouped by partition as they are read: partition `key << 1 | fraud` (see
+/// [`key_of`]) holds its rows in file order. The packer lays partitions out one by one and
+/// drops each one's rows once laid out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Partitioned {
+    pub parts: [Vec<Row>; 2 * KEYS],
+    /// References in all.
+    pub len: u32,
+    /// SHA-256 of the source they were read from (zero for synthetic data).
+    pub source_sha256: [u8; 32],
+}
+
+impl Partitioned {
+    /// Adds the next reference of the file.
+    pub fn push(&mut self, v: &[i16; DIMS], fraud: bool) {
+        let p = (key_of(v) << 1 | fraud as u32) as usize;
+        self.parts[p].push(Row {
+            lanes: lanes_of(v),
+            index: self.len,
+        });
+        self.len += 1;
+    }
+
+    pub fn from_references(refs: &References) -> Partitioned {
+        assert_eq!(refs.vectors.len(), refs.fraud.len());
+        let mut out = Partitioned {
+            source_sha256: refs.source_sha256,
+            ..Partitioned::default()
+        };
+        for (v, &fraud) in refs.vectors.iter().zip(&refs.fraud) {
+            out.push(v, fraud);
+        }
+        out
+    }
+
+    pub fn n_fraud(&self) -> usize {
+        self.parts.iter().skip(1).step_by(2).map(Vec::len).sum()
+    }
+
+    /// Splits the references into consecutive ranges of positions, `bounds[k]..bounds[k + 1]`
+    /// for part k (`bounds` ascending from 0 to `len`), each numbered from 0 again. A
+    /// partition's rows are dropped once shared out, so the whole is held at most once and
+    /// one partition twice.
+    pub fn split_at_positions(self, bounds: &[u32]) -> Vec<Partitioned> {
+        assert!(bounds.len() >= 2 && bounds[0] == 0 && bounds[bounds.len() - 1] == self.len);
+        assert!(bounds.is_sorted(), "bounds ascend");
+        let mut out: Vec<Partitioned> = bounds
+            .windows(2)
+            .map(|w| Partitioned {
+                len: w[1] - w[0],
+                source_sha256: self.source_sha256,
+                ..Partitioned::default()
+            })
+            .collect();
+        for (p, rows) in self.parts.into_iter().enumerate() {
+            // A partition's rows are in file order.
+            for (k, w) in bounds.windows(2).enumerate() {
+                let (lo, hi) = (
+                    rows.partition_point(|r| r.index < w[0]),
+                    rows.partition_point(|r| r.index < w[1]),
+                );
+                out[k].parts[p] = rows[lo..hi]
+                    .iter()
+                    .map(|r| Row {
+                        index: r.index - w[0],
+                        ..*r
+                    })
+                    .collect();
+            }
+        }
+        out
+    }
+
+    /// A row's whole vector: its lanes, and the key dimensions of its partition `p`.
+    pub fn vector(p: usize, row: &Row) -> [i16; DIMS] {
+        let mut v = [0i16; DIMS];
+        for (l, &d) in ROW_DIMS.iter().enumerate() {
+            v[d] = row.lanes[l];
+        }
+        for (i, &d) in KEY_DIMS.iter().enumerate() {
+            v[d] = (((p >> 1) >> i) & 1) as i16 * SCALE as i16;
+        }
+        v
+    }
+}
+
 /// Builds the index. `assignment[i]` is the cell of reference i, `< centroids.len()`.
 pub fn build(
     refs: &References,
@@ -163,76 +265,95 @@ pub fn build(
     assignment: &[u32],
     params: &LayoutParams,
 ) -> Index {
-    assert_eq!(refs.vectors.len(), refs.fraud.len());
     assert_eq!(refs.vectors.len(), assignment.len());
+    let parts = Partitioned::from_references(refs);
+    let cells = parts
+        .parts
+        .iter()
+        .map(|rows| {
+            rows.iter()
+                .map(|r| assignment[r.index as usize] as u16)
+                .collect()
+        })
+        .collect();
+    build_partitioned(parts, cells, centroids, params)
+}
+
+/// Builds the index from references read by partition, consuming them: `cells[p][i]` is the
+/// cell of row i of partition p, `< centroids.len()` (at most 65,536 cells). Partitions are laid
+/// out on two threads, in order, and each one's rows are dropped once its part is appended.
+pub fn build_partitioned(
+    parts: Partitioned,
+    cells: Vec<Vec<u16>>,
+    centroids: &[[f32; DIMS]],
+    params: &LayoutParams,
+) -> Index {
     assert!(
         params.block_rows as usize >= GROUP_ROWS
             && (params.block_rows as usize).is_multiple_of(GROUP_ROWS)
     );
-    let n = refs.vectors.len();
+    assert!(centroids.len() <= 1 << 16, "cells are u16");
+    let (n, n_fraud) = (parts.len as usize, parts.n_fraud());
     let first = params.first_position;
     assert!(
         first as u64 + n as u64 <= 1 << 31,
         "ids hold the position in 31 bits"
     );
-
-    // Partitions by (key, label), lists by cell inside them, file order inside a list (until
-    // the k-d splits reorder it).
-    let part_of = |i: usize| (key_of(&refs.vectors[i]), refs.fraud[i]);
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&i| (part_of(i as usize), assignment[i as usize], i));
-
-    let mut b = Builder {
-        refs,
-        block_rows: params.block_rows as usize,
-        split_weights: params.split_weights,
-        node_children: Vec::new(),
-        node_bounds: Vec::new(),
-        blocks: Vec::new(),
-        lists: Vec::new(),
-        first_position: first,
-        ids: Vec::with_capacity(n + n / 8),
-        rows: Vec::with_capacity(n + n / 8),
-    };
-    let mut partitions = Vec::new();
-    let mut start = 0;
-    while start < n {
-        let (key, fraud) = part_of(order[start] as usize);
-        let end = start + order[start..].partition_point(|&i| part_of(i as usize) == (key, fraud));
-        let mut lists = Vec::new();
-        let mut at = start;
-        while at < end {
-            let cell = assignment[order[at] as usize];
-            let len = order[at..end].partition_point(|&i| assignment[i as usize] == cell);
-            lists.push(ListItem {
-                cell,
-                center: center(&order[at..at + len], &refs.vectors),
-                rows: at..at + len,
-            });
-            at += len;
-        }
-        let first_slot = b.ids.len() as u32;
-        let partition = partitions.len() as u32;
-        let (root, bounds) = b.lists_child(&mut order, &mut lists, partition);
-        partitions.push(Partition {
-            key,
-            fraud,
-            root,
-            first_slot,
-            end_slot: b.ids.len() as u32,
-            bounds,
-        });
-        start = end;
+    // Every list starts on a group boundary: the slots in all, known before the layout.
+    let mut slots = 0;
+    for c in &cells {
+        let mut per_cell = vec![0usize; centroids.len()];
+        c.iter().for_each(|&cell| per_cell[cell as usize] += 1);
+        slots += per_cell
+            .iter()
+            .map(|n| n.next_multiple_of(GROUP_ROWS))
+            .sum::<usize>();
     }
-
-    let n_fraud = refs.fraud.iter().filter(|&&f| f).count() as u32;
+    let jobs: Vec<(usize, Vec<Row>, Vec<u16>)> = parts
+        .parts
+        .into_iter()
+        .zip(cells)
+        .enumerate()
+        .filter(|(_, (rows, _))| !rows.is_empty())
+        .map(|(p, (rows, c))| (p, rows, c))
+        .collect();
+    let mut out = Assembled::new(params.codec, slots);
+    let queue = std::sync::Mutex::new(jobs.into_iter().enumerate());
+    let (done, outputs) = std::sync::mpsc::channel::<(usize, PartOut)>();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(2);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (queue, done) = (&queue, done.clone());
+            scope.spawn(move || loop {
+                let next = queue.lock().expect("a layout thread panicked").next();
+                let Some((k, (p, rows, cells))) = next else {
+                    return;
+                };
+                let laid = lay_out(p, rows, cells, centroids.len(), params);
+                if done.send((k, laid)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done);
+        // Appended in partition order as they come; the ones that finish early wait.
+        let mut waiting = std::collections::BTreeMap::new();
+        for (k, laid) in outputs {
+            waiting.insert(k, laid);
+            while let Some(laid) = waiting.remove(&out.partitions.len()) {
+                out.append(laid);
+            }
+        }
+    });
     Index {
         header: Header {
             format_version: FORMAT_VERSION,
             codec: params.codec,
             n_refs: n as u32,
-            n_fraud,
-            source_sha256: refs.source_sha256,
+            n_fraud: n_fraud as u32,
+            source_sha256: parts.source_sha256,
             cells: centroids.len() as u32,
             kmeans_iters: params.kmeans_iters,
             kmeans_seed: params.kmeans_seed,
@@ -243,40 +364,186 @@ pub fn build(
             part: params.part.clone(),
         },
         centroids: centroids.to_vec(),
-        partitions,
-        lists: b.lists,
+        partitions: out.partitions,
+        lists: out.lists,
+        node_children: out.node_children,
+        node_bounds: out.node_bounds,
+        blocks: out.blocks,
+        codes: out.codes.finish(),
+        ids: out.ids,
+    }
+}
+
+/// One partition laid out on its own: its tree with node, block and slot numbers counted from
+/// 0, to be renumbered when appended.
+struct PartOut {
+    key: u32,
+    fraud: bool,
+    root: ChildRef,
+    bounds: Bounds,
+    node_children: Vec<[ChildRef; FANOUT]>,
+    node_bounds: Vec<BoundsGroup>,
+    blocks: Vec<Block>,
+    /// `partition` is filled in when appended.
+    lists: Vec<List>,
+    ids: Vec<u32>,
+    codes: codec::Encoder,
+}
+
+/// The index's tables, as the partitions are appended.
+struct Assembled {
+    partitions: Vec<Partition>,
+    lists: Vec<List>,
+    node_children: Vec<[ChildRef; FANOUT]>,
+    node_bounds: Vec<BoundsGroup>,
+    blocks: Vec<Block>,
+    ids: Vec<u32>,
+    codes: codec::Encoder,
+}
+
+impl Assembled {
+    fn new(codec: CodecKind, slots: usize) -> Assembled {
+        Assembled {
+            partitions: Vec::new(),
+            lists: Vec::new(),
+            node_children: Vec::new(),
+            node_bounds: Vec::new(),
+            blocks: Vec::new(),
+            ids: Vec::with_capacity(slots),
+            codes: codec::Encoder::with_capacity(codec, slots),
+        }
+    }
+
+    fn append(&mut self, part: PartOut) {
+        let (node_off, block_off) = (self.node_children.len() as u32, self.blocks.len() as u32);
+        let slot_off = self.ids.len() as u32;
+        let shift = |c: ChildRef| match c {
+            NO_CHILD => NO_CHILD,
+            c if c & BLOCK_BIT != 0 => BLOCK_BIT | ((c & !BLOCK_BIT) + block_off),
+            c => c + node_off,
+        };
+        let partition = self.partitions.len() as u32;
+        self.node_children
+            .extend(part.node_children.iter().map(|cs| cs.map(shift)));
+        self.node_bounds.extend_from_slice(&part.node_bounds);
+        self.blocks.extend(part.blocks.iter().map(|b| Block {
+            first_slot: b.first_slot + slot_off,
+            ..*b
+        }));
+        self.lists.extend(part.lists.iter().map(|l| List {
+            partition,
+            root: shift(l.root),
+            first_slot: l.first_slot + slot_off,
+            end_slot: l.end_slot + slot_off,
+            ..*l
+        }));
+        self.ids.extend_from_slice(&part.ids);
+        self.codes.append(part.codes);
+        self.partitions.push(Partition {
+            key: part.key,
+            fraud: part.fraud,
+            root: shift(part.root),
+            first_slot: slot_off,
+            end_slot: self.ids.len() as u32,
+            bounds: part.bounds,
+        });
+    }
+}
+
+/// Lays out partition `p` (its rows in file order, and their cells).
+fn lay_out(
+    p: usize,
+    rows: Vec<Row>,
+    cells: Vec<u16>,
+    n_cells: usize,
+    params: &LayoutParams,
+) -> PartOut {
+    // The rows by (cell, position): a counting sort, stable, so file order inside a cell.
+    let mut starts = vec![0u32; n_cells + 1];
+    cells.iter().for_each(|&c| starts[c as usize + 1] += 1);
+    for c in 0..n_cells {
+        starts[c + 1] += starts[c];
+    }
+    let mut order = vec![0u32; rows.len()];
+    let mut next = starts.clone();
+    for (i, &c) in cells.iter().enumerate() {
+        order[next[c as usize] as usize] = i as u32;
+        next[c as usize] += 1;
+    }
+    drop(cells);
+    let mut lists: Vec<ListItem> = (0..n_cells)
+        .filter(|&c| starts[c + 1] > starts[c])
+        .map(|c| {
+            let range = starts[c] as usize..starts[c + 1] as usize;
+            ListItem {
+                cell: c as u32,
+                center: center(order[range.clone()].iter().map(|&i| &rows[i as usize])),
+                rows: range,
+            }
+        })
+        .collect();
+    let slots: usize = lists
+        .iter()
+        .map(|l| l.rows.len().next_multiple_of(GROUP_ROWS))
+        .sum();
+    let fraud = p & 1 == 1;
+    let mut b = Builder {
+        rows: &rows,
+        order: &order,
+        block_rows: params.block_rows as usize,
+        split_weights: params.split_weights,
+        id_bits: |index: u32| ((params.first_position + index) << 1) | fraud as u32,
+        node_children: Vec::new(),
+        node_bounds: Vec::new(),
+        blocks: Vec::new(),
+        lists: Vec::new(),
+        ids: Vec::with_capacity(slots),
+        codes: codec::Encoder::with_capacity(params.codec, slots),
+        gathered: Vec::new(),
+    };
+    let (root, bounds) = b.lists_child(&mut lists);
+    PartOut {
+        key: (p >> 1) as u32,
+        fraud,
+        root,
+        bounds,
         node_children: b.node_children,
         node_bounds: b.node_bounds,
         blocks: b.blocks,
-        codes: codec::encode(params.codec, &b.rows),
+        lists: b.lists,
         ids: b.ids,
+        codes: b.codes,
     }
 }
 
 /// One inverted list while its partition's tree is built: its cell, the mean of its rows (the
-/// upper nodes group lists by it) and its rows, a range of the sorted reference order.
+/// upper nodes group lists by it) and its rows, a range of the partition's order.
 struct ListItem {
     cell: u32,
     center: [i32; LANES],
     rows: std::ops::Range<usize>,
 }
 
-/// The tables a tree is written into, in the order the depth-first walk emits them.
-struct Builder<'a> {
-    refs: &'a References,
+/// One partition's tables, written in the order the depth-first walk emits them.
+struct Builder<'a, F> {
+    rows: &'a [Row],
+    /// The partition's row numbers by (cell, position).
+    order: &'a [u32],
     block_rows: usize,
     split_weights: [u32; DIMS],
-    /// Added to a reference's index in `refs` to give its position.
-    first_position: u32,
+    /// A row's id from its index in the part.
+    id_bits: F,
     node_children: Vec<[ChildRef; FANOUT]>,
     node_bounds: Vec<BoundsGroup>,
     blocks: Vec<Block>,
     lists: Vec<List>,
     ids: Vec<u32>,
-    rows: Vec<RowLanes>,
+    codes: codec::Encoder,
+    /// The rows of the list being split, gathered from `rows` (reused from list to list).
+    gathered: Vec<Row>,
 }
 
-impl Builder<'_> {
+impl<F: Fn(u32) -> u32> Builder<'_, F> {
     /// A node with no children yet; its index is final (siblings get consecutive indices).
     fn reserve_node(&mut self) -> u32 {
         self.node_children.push([NO_CHILD; FANOUT]);
@@ -291,29 +558,18 @@ impl Builder<'_> {
     }
 
     /// The subtree over `lists` (one list: that list's own subtree).
-    fn lists_child(
-        &mut self,
-        order: &mut [u32],
-        lists: &mut [ListItem],
-        partition: u32,
-    ) -> (ChildRef, Bounds) {
+    fn lists_child(&mut self, lists: &mut [ListItem]) -> (ChildRef, Bounds) {
         if let [list] = lists {
-            return self.list_child(order, list, partition);
+            return self.list_child(list);
         }
         let node = self.reserve_node();
-        let bounds = self.fill_lists_node(node, order, lists, partition);
+        let bounds = self.fill_lists_node(node, lists);
         (node, bounds)
     }
 
     /// Up to [`FANOUT`] groups of nearby lists (halvings on the widest spread of their centers,
     /// balanced by rows), each a child.
-    fn fill_lists_node(
-        &mut self,
-        node: u32,
-        order: &mut [u32],
-        lists: &mut [ListItem],
-        partition: u32,
-    ) -> Bounds {
+    fn fill_lists_node(&mut self, node: u32, lists: &mut [ListItem]) -> Bounds {
         let parts = FANOUT.min(lists.len());
         let weights = self.split_weights;
         let groups = split_into(lists.len(), parts, &mut |r, left, parts| {
@@ -342,9 +598,9 @@ impl Builder<'_> {
         let mut boxes = Vec::with_capacity(groups.len());
         for (c, g) in groups.into_iter().enumerate() {
             let (child, b) = if children[c] == NO_CHILD {
-                self.list_child(order, &mut lists[g.start], partition)
+                self.list_child(&mut lists[g.start])
             } else {
-                let b = self.fill_lists_node(children[c], order, &mut lists[g], partition);
+                let b = self.fill_lists_node(children[c], &mut lists[g]);
                 (children[c], b)
             };
             children[c] = child;
@@ -354,27 +610,29 @@ impl Builder<'_> {
     }
 
     /// One list's subtree, its rows padded to a whole group after it.
-    fn list_child(
-        &mut self,
-        order: &mut [u32],
-        list: &mut ListItem,
-        partition: u32,
-    ) -> (ChildRef, Bounds) {
+    fn list_child(&mut self, list: &mut ListItem) -> (ChildRef, Bounds) {
         let first_slot = self.ids.len() as u32;
-        let members = &mut order[list.rows.clone()];
+        let mut members = std::mem::take(&mut self.gathered);
+        members.clear();
+        members.extend(
+            self.order[list.rows.clone()]
+                .iter()
+                .map(|&i| self.rows[i as usize]),
+        );
         let (root, bounds) = if members.len() <= self.block_rows {
-            self.block(members)
+            self.block(&members)
         } else {
             let node = self.reserve_node();
-            (node, self.fill_rows_node(node, members))
+            (node, self.fill_rows_node(node, &mut members))
         };
+        self.gathered = members;
         while !self.ids.len().is_multiple_of(GROUP_ROWS) {
-            self.rows.push([0; LANES]);
+            self.codes.push(&[0; LANES]);
             self.ids.push(PAD_ID);
         }
         self.lists.push(List {
             cell: list.cell,
-            partition,
+            partition: 0,
             root,
             first_slot,
             end_slot: self.ids.len() as u32,
@@ -385,8 +643,7 @@ impl Builder<'_> {
     /// A node over a list's rows: as few children as keep the subtree at its least height (a
     /// node of height h holds at most 8^h blocks), cut by k-d halvings on the widest lane into
     /// pieces of even block counts, each piece a whole number of groups but the last.
-    fn fill_rows_node(&mut self, node: u32, members: &mut [u32]) -> Bounds {
-        let vectors = &self.refs.vectors;
+    fn fill_rows_node(&mut self, node: u32, members: &mut [Row]) -> Bounds {
         let weights = self.split_weights;
         let br = self.block_rows;
         let blocks = members.len().div_ceil(br);
@@ -398,11 +655,7 @@ impl Builder<'_> {
         let cap = per_child * br;
         let pieces = split_into(members.len(), parts, &mut |r, left, parts| {
             let part = &mut members[r];
-            let lane = widest(
-                part.iter().map(|&i| lanes32(&vectors[i as usize])),
-                &weights,
-            );
-            part.sort_unstable_by_key(|&i| (vectors[i as usize][ROW_DIMS[lane]], i));
+            let lane = widest(part.iter().map(|r| r.lanes.map(i32::from)), &weights);
             // Near the proportional cut, a whole number of groups, each side within capacity.
             let n = part.len();
             let lo = n
@@ -411,7 +664,13 @@ impl Builder<'_> {
                 .next_multiple_of(GROUP_ROWS);
             let hi = (left * cap).min(n - 1) / GROUP_ROWS * GROUP_ROWS;
             let want = (n * left / parts + GROUP_ROWS / 2) / GROUP_ROWS * GROUP_ROWS;
-            want.clamp(lo, hi.max(lo))
+            let cut = want.clamp(lo, hi.max(lo));
+            // The `cut` rows smallest by (value, position) on the left; order within a side
+            // is left to the splits below.
+            if 0 < cut && cut < n {
+                part.select_nth_unstable_by_key(cut, |r| (r.lanes[lane], r.index));
+            }
+            cut
         });
         let mut children = [NO_CHILD; FANOUT];
         for (c, p) in pieces.iter().enumerate() {
@@ -436,16 +695,13 @@ impl Builder<'_> {
     }
 
     /// A leaf: the rows in slots, one block.
-    fn block(&mut self, members: &[u32]) -> (ChildRef, Bounds) {
+    fn block(&mut self, members: &[Row]) -> (ChildRef, Bounds) {
         let first_slot = self.ids.len() as u32;
         let mut b = empty_box();
-        for &i in members {
-            let lanes = lanes_of(&self.refs.vectors[i as usize]);
-            grow(&mut b, &lanes);
-            self.rows.push(lanes);
-            let position = self.first_position + i;
-            self.ids
-                .push((position << 1) | self.refs.fraud[i as usize] as u32);
+        for r in members {
+            grow(&mut b, &r.lanes);
+            self.codes.push(&r.lanes);
+            self.ids.push((self.id_bits)(r.index));
         }
         self.blocks.push(Block {
             first_slot,
@@ -500,19 +756,16 @@ fn widest(points: impl Iterator<Item = [i32; LANES]>, weights: &[u32; DIMS]) -> 
         .unwrap()
 }
 
-fn lanes32(v: &[i16; DIMS]) -> [i32; LANES] {
-    lanes_of(v).map(i32::from)
-}
-
 /// The mean of some rows' lanes, rounded down.
-fn center(members: &[u32], vectors: &[[i16; DIMS]]) -> [i32; LANES] {
-    let mut sum = [0i64; LANES];
-    for &i in members {
-        for (s, x) in sum.iter_mut().zip(lanes32(&vectors[i as usize])) {
+fn center<'r>(rows: impl Iterator<Item = &'r Row>) -> [i32; LANES] {
+    let (mut sum, mut n) = ([0i64; LANES], 0i64);
+    for r in rows {
+        for (s, &x) in sum.iter_mut().zip(&r.lanes) {
             *s += x as i64;
         }
+        n += 1;
     }
-    sum.map(|s| s.div_euclid(members.len().max(1) as i64) as i32)
+    sum.map(|s| s.div_euclid(n.max(1)) as i32)
 }
 
 fn union(boxes: &[Bounds]) -> Bounds {

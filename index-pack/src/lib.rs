@@ -7,13 +7,15 @@
 //!   scalar codes), the footer with version and checksum, and [`format::open`], which validates
 //!   an artifact in place (zero-copy) for the search in the `function` crate.
 //! - [`codec`]: the two scalar codecs, exact `i16` (value x 10000) and lossy `fp16`.
-//! - [`layout`]: references + centroids + assignment -> lists, k-d blocks and bounds (pure).
+//! - [`layout`]: references + centroids + assignment -> lists, k-d blocks and bounds
+//!   (deterministic).
 //! - [`report`]: the JSON lines `index-pack build` and `local-runner verify` end with, as the
 //!   harness reads them.
-//! - `source` and `train` (feature `pack`): streaming the contest JSON with its SHA-256 check,
-//!   and faiss k-means for the coarse centroids.
+//! - `source`, `train` and `assign` (feature `pack`): reading the contest JSON (pipelined, with
+//!   its SHA-256 check), faiss k-means on a sample for the coarse centroids, and each
+//!   reference's nearest one in exact integer arithmetic.
 //!
-//! Data flows one way: references -> [`layout::References`] -> [`format::Index`] -> artifact
+//! Data flows one way: references -> [`layout::Partitioned`] -> [`format::Index`] -> artifact
 //! bytes. The reader side needs only `format` and `codec`, so the serving binaries build this
 //! crate with `default-features = false` and link neither faiss nor the JSON reader.
 
@@ -23,6 +25,8 @@
 #[cfg(target_endian = "big")]
 compile_error!("the index stores little-endian integers and the search reads them natively");
 
+#[cfg(feature = "pack")]
+pub mod assign;
 pub mod codec;
 pub mod embed;
 pub mod format;
@@ -76,10 +80,11 @@ impl Default for PackOptions {
     }
 }
 
-/// Trains the cells, assigns the references and lays the index out, timing each phase.
+/// Trains the cells, assigns the references and lays the index out, timing each phase. The
+/// references are consumed: each partition's rows are dropped once laid out.
 #[cfg(feature = "pack")]
 pub fn build(
-    refs: &layout::References,
+    parts: layout::Partitioned,
     opts: &PackOptions,
     phases: &mut Phases,
 ) -> anyhow::Result<format::Index> {
@@ -87,7 +92,10 @@ pub fn build(
         opts.block_rows >= 8 && opts.block_rows.is_multiple_of(8),
         "block rows must be a positive multiple of 8"
     );
-    anyhow::ensure!(opts.cells >= 1, "at least one cell is needed");
+    anyhow::ensure!(
+        (1..=1 << 16).contains(&opts.cells),
+        "cells must be 1 to 65,536"
+    );
     let km = train::KMeans {
         cells: opts.cells,
         iters: opts.kmeans_iters,
@@ -95,10 +103,10 @@ pub fn build(
         max_points_per_centroid: opts.max_points_per_centroid,
     };
     let t = std::time::Instant::now();
-    let centroids = train::train(refs, &km)?;
+    let coarse = assign::Coarse::new(&train::train(&parts, &km)?);
     phases.kmeans_s = t.elapsed().as_secs_f64();
     let t = std::time::Instant::now();
-    let assignment = train::assign(refs, &centroids)?;
+    let cells = assign::assign(&parts, &coarse);
     phases.assign_s = t.elapsed().as_secs_f64();
     let params = layout::LayoutParams {
         codec: opts.codec,
@@ -110,7 +118,7 @@ pub fn build(
         part: opts.part.clone(),
     };
     let t = std::time::Instant::now();
-    let index = layout::build(refs, &centroids, &assignment, &params);
+    let index = layout::build_partitioned(parts, cells, &coarse.centroids(), &params);
     phases.layout_s = t.elapsed().as_secs_f64();
     Ok(index)
 }
@@ -118,8 +126,9 @@ pub fn build(
 /// Trains, lays out and serializes an index over `refs`. Returns the artifact bytes.
 #[cfg(feature = "pack")]
 pub fn pack(refs: &layout::References, opts: &PackOptions) -> anyhow::Result<Vec<u8>> {
+    let parts = layout::Partitioned::from_references(refs);
     Ok(format::to_artifact(&build(
-        refs,
+        parts,
         opts,
         &mut Phases::default(),
     )?))
@@ -132,30 +141,83 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     format::hex(&sha2::Sha256::digest(bytes))
 }
 
-/// Reads a references file and packs it: the whole `index-pack build` minus the output.
+/// Reads a references file and packs it into `output`: the whole `index-pack build`.
 #[cfg(feature = "pack")]
 pub fn pack_file(
     references: &std::path::Path,
     expect: &source::Expect,
     opts: &PackOptions,
-) -> anyhow::Result<Vec<u8>> {
-    let refs = source::read_references(references, expect, &|_| {})?;
-    pack(&refs, opts)
+    output: &std::path::Path,
+) -> anyhow::Result<Written> {
+    let parts = source::read_partitioned(references, expect, &|_| {})?;
+    write_index(output, &build(parts, opts, &mut Phases::default())?)
+}
+
+/// An artifact as written.
+#[cfg(feature = "pack")]
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    pub footer: format::Footer,
+    pub bytes: u64,
+    /// SHA-256 of the artifact, as hex.
+    pub sha256: String,
+}
+
+/// Writes an index's artifact to `path` atomically ([`write_atomically`]) as it is serialized
+/// ([`format::write_artifact`]), hashing it on the way.
+#[cfg(feature = "pack")]
+pub fn write_index(path: &std::path::Path, index: &format::Index) -> anyhow::Result<Written> {
+    struct Hashing<W> {
+        inner: W,
+        sha: sha2::Sha256,
+        len: u64,
+    }
+    impl<W: std::io::Write> std::io::Write for Hashing<W> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            use sha2::Digest;
+            let n = self.inner.write(buf)?;
+            self.sha.update(&buf[..n]);
+            self.len += n as u64;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+    let mut written = None;
+    write_with(path, &mut |file| {
+        use sha2::Digest;
+        let mut w = Hashing {
+            inner: file,
+            sha: sha2::Sha256::new(),
+            len: 0,
+        };
+        let footer = format::write_artifact(index, &mut w)?;
+        written = Some(Written {
+            footer,
+            bytes: w.len,
+            sha256: format::hex(&w.sha.finalize()),
+        });
+        Ok(())
+    })?;
+    Ok(written.expect("written when write_with succeeds"))
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees half
 /// an artifact.
 #[cfg(feature = "pack")]
 pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    write_parts_atomically(path, &[bytes])
+    write_with(path, &mut |f| std::io::Write::write_all(f, bytes))
 }
 
-/// [`write_atomically`] of the concatenation of `parts` (an archive and its footer, without a
-/// copy of the archive).
+/// Creates `path`'s directory, lets `write` fill a buffered temporary file beside `path`, syncs
+/// it and renames it over `path`.
 #[cfg(feature = "pack")]
-pub fn write_parts_atomically(path: &std::path::Path, parts: &[&[u8]]) -> anyhow::Result<()> {
+fn write_with(
+    path: &std::path::Path,
+    write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
     use anyhow::Context;
-    use std::io::Write;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -163,13 +225,14 @@ pub fn write_parts_atomically(path: &std::path::Path, parts: &[&[u8]]) -> anyhow
     tmp.push(format!(".tmp.{}", std::process::id()));
     let tmp = std::path::PathBuf::from(tmp);
     let written = (|| {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        for p in parts {
-            f.write_all(p)?;
-        }
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        write(&mut f)?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()
     })();
-    written.with_context(|| format!("cannot write {}", tmp.display()))?;
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
+    }
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
     Ok(())

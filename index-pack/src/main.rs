@@ -2,7 +2,8 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use index_pack::source::{read_references, Expect};
+use index_pack::layout::Partitioned;
+use index_pack::source::{read_partitioned, Expect};
 use index_pack::{format, CodecKind, PackOptions, Phases};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -226,8 +227,8 @@ fn delta(
         .max()
         .unwrap_or(0);
     let expect = references_sha256.map_or(Expect::Any, Expect::Sha256);
-    let refs = read_references(references, &expect, &|_| {})?;
-    let n = refs.vectors.len() as u32;
+    let parts = read_partitioned(references, &expect, &|_| {})?;
+    let n = parts.len;
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
         cells: cells.unwrap_or((n / 512).clamp(1, 1024)),
@@ -237,14 +238,13 @@ fn delta(
         },
         ..PackOptions::default()
     };
-    let index = index_pack::build(&refs, &opts, &mut Phases::default())?;
-    let (archive, footer) = format::to_archive(&index);
-    index_pack::write_parts_atomically(output, &[&archive, &footer])?;
+    let index = index_pack::build(parts, &opts, &mut Phases::default())?;
+    let written = index_pack::write_index(output, &index)?;
     eprintln!(
         "wrote {} ({} bytes): {n} references at positions {first_position}..{} after base {} \
          (CRC32 {:08x}) in {:.1} s",
         output.display(),
-        archive.len() + footer.len(),
+        written.bytes,
         first_position + n,
         base_path.display(),
         base.footer.crc32,
@@ -262,44 +262,46 @@ fn split(
 ) -> Result<()> {
     anyhow::ensure!(count >= 1, "--count must be at least 1");
     let started = Instant::now();
-    let refs = read_references(references, expect, &|_| {})?;
-    let n = refs.vectors.len() as u64;
+    let whole = read_partitioned(references, expect, &|_| {})?;
+    let n = whole.len as u64;
     eprintln!(
         "read {n} references in {:.1} s; packing {count} shards, {jobs} at a time",
         started.elapsed().as_secs_f64()
     );
+    let bounds: Vec<u32> = (0..=count as u64)
+        .map(|k| (n * k / count as u64) as u32)
+        .collect();
+    let set_sha256 = whole.source_sha256;
+    let shards: Vec<std::sync::Mutex<Option<Partitioned>>> = whole
+        .split_at_positions(&bounds)
+        .into_iter()
+        .map(|s| std::sync::Mutex::new(Some(s)))
+        .collect();
     let next = std::sync::atomic::AtomicU32::new(0);
     let pack_one = |k: u32| -> Result<()> {
-        let (lo, hi) = (
-            n * k as u64 / count as u64,
-            n * (k + 1) as u64 / count as u64,
-        );
-        let (lo, hi) = (lo as usize, hi as usize);
-        let shard = index_pack::layout::References {
-            vectors: refs.vectors[lo..hi].to_vec(),
-            fraud: refs.fraud[lo..hi].to_vec(),
-            source_sha256: refs.source_sha256,
-        };
+        let (lo, hi) = (bounds[k as usize], bounds[k as usize + 1]);
+        let shard = shards[k as usize]
+            .lock()
+            .expect("a packing thread panicked")
+            .take()
+            .expect("each shard is packed once");
         let opts = PackOptions {
-            first_position: lo as u32,
+            first_position: lo,
             part: format::Part::Shard {
                 number: k,
                 count,
                 total: n as u32,
-                set_sha256: refs.source_sha256,
+                set_sha256,
             },
             ..PackOptions::default()
         };
         let t = Instant::now();
-        let index = index_pack::build(&shard, &opts, &mut Phases::default())?;
-        drop(shard);
-        let (archive, footer) = format::to_archive(&index);
-        drop(index);
+        let index = index_pack::build(shard, &opts, &mut Phases::default())?;
         let path = output_dir.join(format!("shard-{k}-of-{count}.idx"));
-        index_pack::write_parts_atomically(&path, &[&archive, &footer])?;
+        let written = index_pack::write_index(&path, &index)?;
         eprintln!(
             "shard {k}: positions {lo}..{hi}, {} bytes in {:.1} s",
-            archive.len() + footer.len(),
+            written.bytes,
             t.elapsed().as_secs_f64()
         );
         Ok(())
@@ -365,42 +367,30 @@ fn build(
             .progress_chars("=> "),
     );
     bar.set_message("reading");
-    let refs = read_references(references, expect, &|read| bar.set_position(read))?;
+    let parts = read_partitioned(references, expect, &|read| bar.set_position(read))?;
     bar.finish_and_clear();
     let mut phases = Phases {
         read_s: started.elapsed().as_secs_f64(),
         ..Phases::default()
     };
-    let (n, frauds) = (
-        refs.vectors.len(),
-        refs.fraud.iter().filter(|&&f| f).count(),
-    );
+    let (n, frauds) = (parts.len as usize, parts.n_fraud());
     eprintln!(
         "read {n} references ({frauds} fraud) in {:.1} s, source SHA-256 {}",
         phases.read_s,
-        format::hex(&refs.source_sha256)
+        format::hex(&parts.source_sha256)
     );
     let spinner = ProgressBar::new_spinner().with_message(format!(
         "training {} cells with faiss k-means, assigning, laying out lists",
         opts.cells
     ));
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-    let index = index_pack::build(&refs, opts, &mut phases)?;
-    drop(refs);
+    let index = index_pack::build(parts, opts, &mut phases)?;
     spinner.finish_and_clear();
     let t = Instant::now();
-    let (archive, footer) = format::to_archive(&index);
+    let written = index_pack::write_index(output, &index)?;
     drop(index);
-    index_pack::write_parts_atomically(output, &[&archive, &footer])?;
     phases.write_s = t.elapsed().as_secs_f64();
-    let bytes = archive.len() + footer.len();
-    let sha256 = {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        h.update(&archive);
-        h.update(footer);
-        format::hex(&h.finalize())
-    };
+    let (bytes, sha256) = (written.bytes, written.sha256);
     let (peak_rss_mb, total_s) = (peak_rss_mb(), started.elapsed().as_secs_f64());
     let Phases {
         read_s,
@@ -418,7 +408,7 @@ fn build(
     let report = index_pack::report::Packed {
         artifact: output.to_path_buf(),
         sha256,
-        bytes: bytes as u64,
+        bytes,
         references: n as u64,
         cells: opts.cells,
         phases_s: phases,

@@ -346,3 +346,39 @@ fn deep_checks_find_every_invariant_the_search_relies_on() {
         );
     }
 }
+
+/// The packer writes as it serializes: the file holds the bytes of [`format::to_artifact`],
+/// and the digest it reports is theirs.
+#[test]
+fn an_index_written_to_a_file_is_its_artifact() {
+    let index = index(CodecKind::I16);
+    let path = std::env::temp_dir().join(format!("index-pack-written-{}.idx", std::process::id()));
+    let written = index_pack::write_index(&path, &index).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(bytes, format::to_artifact(&index));
+    assert_eq!(written.bytes, bytes.len() as u64);
+    assert_eq!(written.sha256, index_pack::sha256_hex(&bytes));
+    assert_eq!(written.footer, format::Footer::read(&bytes).unwrap());
+}
+
+/// Shards of a split keep their rows' positions: laid out from [`layout::Partitioned::split_at_positions`]
+/// at `first_position`, each holds the ids the whole set's index holds for those positions.
+#[test]
+fn split_shards_hold_the_positions_of_the_whole() {
+    let r = refs(700);
+    let whole = layout::Partitioned::from_references(&r);
+    let bounds = [0, 233, 466, 700];
+    let shards = whole.clone().split_at_positions(&bounds);
+    for (k, shard) in shards.into_iter().enumerate() {
+        assert_eq!(shard.len, bounds[k + 1] - bounds[k]);
+        let lo = bounds[k] as usize;
+        for (p, rows) in shard.parts.iter().enumerate() {
+            for row in rows {
+                let i = lo + row.index as usize;
+                assert_eq!(layout::Partitioned::vector(p, row), r.vectors[i]);
+                assert_eq!(p & 1 == 1, r.fraud[i]);
+            }
+        }
+    }
+}

@@ -1,6 +1,9 @@
 //! Reading references: digest check, and bad records refused with their number.
 
-use index_pack::source::{read_references, Expect, SourceError, CONTEST_REFERENCES_SHA256};
+use index_pack::layout::Partitioned;
+use index_pack::source::{
+    read_partitioned, read_references, Expect, SourceError, CONTEST_REFERENCES_SHA256,
+};
 use std::io::Write;
 
 fn write(name: &str, text: &str, gz: bool) -> std::path::PathBuf {
@@ -69,6 +72,25 @@ fn bad_records_name_their_number() {
             "EOF",
         ),
         ("[]", "no references"),
+        ("", "EOF"),
+        (r#"{"vector":[]}"#, "not a JSON array"),
+        ("[1]", "record 0: not an object"),
+        (
+            r#"[{"vector":[0,0,0,0,0,0,0,0,0,0,0,0,0,0],"label":"fraud"},]"#,
+            "record 1: not an object",
+        ),
+        (
+            r#"[{"vector":[0,0,0,0,0,0,0,0,0,0,0,0,0,0],"label":"fraud"}] x"#,
+            "trailing characters",
+        ),
+        (
+            r#"[{"vector":[0,0,0,0,0,0,0,0,0,0,0,0,0,0],"label":"fraud"} {"vector":[]}]"#,
+            "after record 1: trailing characters",
+        ),
+        (
+            r#"[{"vector":[0,0,0,0,0,0,0,0,0,0,0,0,0,0],"label":"fraud","note":"}]"}]"#,
+            "record 0",
+        ),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
         let p = write(&format!("bad{i}.json"), text, false);
@@ -77,4 +99,39 @@ fn bad_records_name_their_number() {
             .to_string();
         assert!(err.contains(want), "case {i}: {err}");
     }
+}
+
+/// A file of many chunks (the reader hands records over 4 MiB at a time): every record comes
+/// out once, in order, in both forms, with braces and brackets inside strings left alone.
+#[test]
+fn a_large_file_reads_whole_and_in_order() {
+    let n = 120_000;
+    let mut text = String::from("[\n");
+    for i in 0..n {
+        let label = if i % 7 == 0 { "fraud" } else { "legit" };
+        let v = (i % 10_000) as f64 / 1e4;
+        let key = (i % 2) as f64;
+        let sep = if i + 1 < n { "," } else { "" };
+        text.push_str(&format!(
+            "  {{ \"vector\": [{v},0,0,0,0,-1,{v},0,0,{key},0,1,0,0.5], \"label\" : \"{label}\" }}{sep}\n"
+        ));
+    }
+    text.push_str("]\n");
+    assert!(text.len() > 2 * (4 << 20), "more than two chunks");
+    let p = write("many.json.gz", &text, true);
+    let r = read_references(&p, &Expect::Any, &|_| {}).unwrap();
+    assert_eq!(r.vectors.len(), n);
+    for (i, (v, &fraud)) in r.vectors.iter().zip(&r.fraud).enumerate() {
+        assert_eq!(
+            (v[0], v[6], v[9]),
+            (
+                (i % 10_000) as i16,
+                (i % 10_000) as i16,
+                (i % 2) as i16 * 10_000
+            )
+        );
+        assert_eq!(fraud, i % 7 == 0);
+    }
+    let parts = read_partitioned(&p, &Expect::Any, &|_| {}).unwrap();
+    assert_eq!(parts, Partitioned::from_references(&r));
 }

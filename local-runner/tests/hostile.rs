@@ -1329,8 +1329,9 @@ fn with_few_descriptors_every_connection_of_a_burst_gets_an_answer() {
     let conns: Vec<_> = (0..100)
         .map(|_| {
             let mut s = server.connect();
-            s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes())
-                .unwrap();
+            // A shed connection is answered and closed without its request being read, so
+            // the write can find the peer gone (EPIPE); its answer is still there to read.
+            let _ = s.write_all(request("POST", "/fraud-score", LEGIT).as_bytes());
             s
         })
         .collect();
