@@ -197,7 +197,7 @@ fn cut(file: File, name: &str, progress: &(dyn Fn(u64) + Sync), out: mpsc::SyncS
         progress,
     };
     let mut raw: Box<dyn Read + '_> = if name.ends_with(".gz") {
-        Box::new(flate2::read::GzDecoder::new(BufReader::with_capacity(
+        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
             1 << 20,
             counted,
         )))

@@ -200,7 +200,8 @@ pub fn run(a: Args) -> Result<()> {
             let k = key(&["references", &n.to_string(), &seed, &drawn_by]);
             let refs = dir.join(format!("references-{k}.json.gz"));
             if !refs.exists() {
-                let drawing = dir.join("references.json.gz.tmp");
+                // Compressed because the name ends in .gz; renamed once whole.
+                let drawing = dir.join("references.drawing.json.gz");
                 steps::draw(&labeller, n, a.seed, &drawing)?;
                 std::fs::rename(drawing, &refs)?;
             }
