@@ -52,26 +52,3 @@ pub fn write_template() -> Result<()> {
     std::fs::write(root().join(TEMPLATE), from_zip_template(&zip)?)?;
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_image_template_is_the_zip_template_with_an_image_function() {
-        let zip = std::fs::read_to_string(root().join("template.yaml")).unwrap();
-        let committed = std::fs::read_to_string(root().join(TEMPLATE)).unwrap();
-        let written = from_zip_template(&zip).unwrap();
-        assert!(
-            committed == written,
-            "{TEMPLATE} is stale: run `cargo xtask lambda image-template`"
-        );
-        let t: yaml_serde::Value = yaml_serde::from_str(&committed).unwrap();
-        let f = &t["Resources"][super::super::sam::FUNCTION];
-        assert_eq!(f["Properties"]["PackageType"], "Image");
-        assert!(
-            f["Properties"].get("CodeUri").is_none() && f["Properties"].get("Runtime").is_none()
-        );
-        assert_eq!(f["Metadata"]["Dockerfile"], "Dockerfile");
-    }
-}

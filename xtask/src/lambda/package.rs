@@ -123,29 +123,3 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
         index_beside: beside,
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_large_package_gets_the_memory_and_residency_of_its_size() {
-        let memory = |m, prefault| Some(format!("FunctionMemoryMB={m} PrefaultIndex={prefault}"));
-        for (bytes, want) in
-            [(96 << 20, None), (912_109_912, memory(1024, 1)), (3_028_013_216, memory(3072, 0))]
-        {
-            assert_eq!(parameters_for(bytes), want);
-        }
-    }
-
-    #[test]
-    fn a_package_over_the_zip_limit_names_the_image_path() {
-        let fits = Package { unzipped_bytes: LIMIT_UNZIPPED, ..Package::default() };
-        assert!(fits.fits_a_zip().is_ok());
-        let over = Package { unzipped_bytes: LIMIT_UNZIPPED + 1, ..Package::default() };
-        let why = over.fits_a_zip().unwrap_err().to_string();
-        assert!(why.contains("over Lambda's 250 MiB (262144000 bytes) limit"), "{why}");
-        assert!(why.contains("cargo xtask lambda build --image"), "{why}");
-        assert!(why.contains("sam build --template template-image.yaml"), "{why}");
-    }
-}

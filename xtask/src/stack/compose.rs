@@ -146,26 +146,3 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn our_projects_and_a_submission() {
-        let (o, sub) = ([PathBuf::from("o.yml")], Path::new("/x/sub"));
-        let cases = [
-            (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2),
-            (Compose::submission(sub), "fraudsubmission", "/x/sub/docker-compose.yml", 1),
-        ];
-        for (c, project, first, n) in cases {
-            assert_eq!(
-                (c.project.as_str(), c.files.len(), c.external.is_none()),
-                (project, n, true)
-            );
-            assert!(c.files[0].ends_with(first) && c.files.iter().all(|f| f.is_absolute()));
-            assert_eq!(c.services().unwrap().join(" "), "haproxy api1 api2");
-        }
-        assert!(Compose::submission(sub).pinned && !Compose::stack(&[]).pinned);
-    }
-}

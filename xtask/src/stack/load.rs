@@ -300,30 +300,3 @@ pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
     let (containers, started) = (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
     LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_run_passes_clean_and_names_a_container_in_trouble() {
-        let mut r = run_of("stack", &[("haproxy", 80), ("api1", 40)]);
-        let want = "requests 1000, errors 0, FP 0, FN 0, p50 0.400 ms, p99 0.900 ms, score 6000.0, haproxy 0/0 MB, api1 0/0 MB";
-        assert_eq!((run_figures(&r).as_str(), r.passed()), (want, true));
-        r.summary.fp = 1;
-        assert!(!r.passed());
-        (r.summary.fp, r.summary.requests) = (0, 0);
-        assert!(!r.passed());
-        r.summary.requests = 1000;
-        r.problems.push("api1: OOM kill".into());
-        assert!(run_figures(&r).ends_with(", problems: api1: OOM kill") && !r.passed());
-        let c = &mut r.containers[1];
-        assert_eq!((c.trouble(), c.cpu_s()), (None, 0.04));
-        (c.restarts, c.after.memory_peak, c.after.memory_limit) = (1, 150 << 20, 150 << 20);
-        let why = "api1: restarted 1 times, memory at its limit (150.0 of 150 MB, failcnt 0)";
-        assert_eq!(c.trouble().as_deref(), Some(why));
-        (c.running, c.after.oom_kill, c.after.memory_limit) = (false, 1, 1 << 30);
-        assert_eq!(c.trouble().as_deref(), Some("api1: not running, restarted 1 times, OOM kill"));
-        assert_eq!(r.cpu_us_per_request("api1"), Some(40.0));
-    }
-}
