@@ -2,7 +2,7 @@
 //! running stack on what Docker and /proc say; a submission's images [`pinned`] too.
 
 use super::compose::{image_inspect, inspect, Compose};
-use crate::util::log;
+use crate::util::{self, log};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::json;
@@ -31,12 +31,9 @@ fn scalar(v: &Value) -> String {
 fn memory_mb(s: &str) -> Option<f64> {
     let s = s.trim().to_ascii_lowercase();
     let s = s.strip_suffix('b').unwrap_or(&s);
-    let (num, mult) = match s.chars().last()? {
-        'k' => (&s[..s.len() - 1], 1.0 / 1024.0),
-        'm' => (&s[..s.len() - 1], 1.0),
-        'g' => (&s[..s.len() - 1], 1024.0),
-        _ => (s, 1.0 / 1048576.0),
-    };
+    let unit =
+        [('k', 1.0 / 1024.0), ('m', 1.0), ('g', 1024.0)].into_iter().find(|u| s.ends_with(u.0));
+    let (num, mult) = unit.map_or((s, 1.0 / 1048576.0), |(_, m)| (&s[..s.len() - 1], m));
     num.parse::<f64>().ok().map(|n| n * mult)
 }
 
@@ -60,24 +57,19 @@ pub fn rules(yaml: &str) -> Result<Report> {
         }
     }
     let names: Vec<String> = services.keys().map(scalar).collect();
-    if !names.iter().any(|n| n == "haproxy") {
-        r.problems.push("no haproxy balancer".into());
-    }
-    if names.iter().filter(|n| n.starts_with("api")).count() < 2 {
-        r.problems.push("fewer than two APIs".into());
-    }
-    for (n, net) in f["networks"].as_mapping().into_iter().flatten() {
-        let driver = scalar(&net["driver"]);
-        if !driver.is_empty() && driver != "bridge" {
-            r.problems.push(format!("network {} is not bridge", scalar(n)));
-        }
-    }
-    if r.cpus > 1.0 + 1e-9 {
-        r.problems.push(format!("cpus sum {:.2} > 1", r.cpus));
-    }
-    if r.memory_mb > 350.0 + 1e-9 {
-        r.problems.push(format!("memory sum {:.0} MB > 350", r.memory_mb));
-    }
+    let apis = names.iter().filter(|n| n.starts_with("api")).count();
+    let nets = f["networks"].as_mapping().into_iter().flatten();
+    let nets = nets.filter(|(_, net)| !["", "bridge"].contains(&scalar(&net["driver"]).as_str()));
+    let (cpus, memory) = (r.cpus, r.memory_mb);
+    r.problems.extend(util::failed([
+        (!names.iter().any(|n| n == "haproxy"), "no haproxy balancer".into()),
+        (apis < 2, "fewer than two APIs".into()),
+    ]));
+    r.problems.extend(nets.map(|(n, _)| format!("network {} is not bridge", scalar(n))));
+    r.problems.extend(util::failed([
+        (cpus > 1.0 + 1e-9, format!("cpus sum {cpus:.2} > 1")),
+        (memory > 350.0 + 1e-9, format!("memory sum {memory:.0} MB > 350")),
+    ]));
     Ok(r)
 }
 
@@ -92,13 +84,11 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     let parsed = cpus.parse::<f64>().ok().zip(memory_mb(&mem));
     let (image, user, platform) = (scalar(&s["image"]), scalar(&s["user"]), scalar(&s["platform"]));
     let (opts, caps) = (list("security_opt"), list("cap_drop"));
-    let failed =
-        |checks: Vec<(bool, String)>| checks.into_iter().filter_map(|(b, w)| b.then_some(w));
     let unconfined = opts.iter().any(|o| o.contains("seccomp") && o.contains("unconfined"));
     let host = !s["network_mode"].is_null() || s["privileged"] == true;
     let pullable =
         format!("image {image:?} is not a pullable name (name:tag or name@sha256:<64 hex>)");
-    let first = failed(vec![
+    let first = util::failed([
         (parsed.is_none(), format!("unreadable limits {cpus} / {mem}")),
         (host, "network_mode or privileged set".into()),
         (!s["build"].is_null(), "build: is set (the contest takes images only)".into()),
@@ -108,12 +98,12 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
         (reference(&image).is_none(), pullable),
     ]);
     let ports = s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]));
-    let ports =
-        ports.filter(|p| name != "haproxy" || p != "9999").map(|p| format!("publishes port {p}"));
+    let ports = ports.filter(|p| name != "haproxy" || p != "9999");
+    let ports = ports.map(|p| format!("publishes port {p}")).collect();
     let capped =
         caps.len() == 1 && caps[0].eq_ignore_ascii_case("ALL") && list("cap_add").is_empty();
     let nnp = opts.iter().any(|o| o == "no-new-privileges:true");
-    let last = failed(vec![
+    let last = util::failed([
         (!fixed_non_root(&user), format!("user {user:?} is not a fixed non-root uid[:gid]")),
         (s["read_only"] != true, "read_only is not true".into()),
         (!capped, "cap_drop is not [ALL] (or cap_add is set)".into()),
@@ -123,7 +113,7 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     let line = format!(
         "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
     );
-    (first.chain(ports).chain(last).collect(), Some((c, m, line)))
+    ([first, ports, last].concat(), Some((c, m, line)))
 }
 
 /// Whether a pullable `[host[:port]/]path[:tag][@sha256:<64 hex>]` has the digest.
@@ -167,20 +157,19 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
 /// The balancer: `mode tcp`, `balance roundrobin`, nothing routing by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).collect();
-    let mut problems = Vec::new();
-    if !lines.contains(&"mode tcp") || !lines.contains(&"balance roundrobin") {
-        problems.push("haproxy.cfg: expected mode tcp and balance roundrobin".to_string());
-    }
-    if lines.iter().any(|l| l.starts_with("http-request") || l.starts_with("use_backend")) {
-        problems.push("haproxy.cfg answers or routes by request content".to_string());
-    }
-    problems
+    let tcp = lines.contains(&"mode tcp") && lines.contains(&"balance roundrobin");
+    let routes =
+        lines.iter().any(|l| l.starts_with("http-request") || l.starts_with("use_backend"));
+    util::failed([
+        (!tcp, "haproxy.cfg: expected mode tcp and balance roundrobin".into()),
+        (routes, "haproxy.cfg answers or routes by request content".into()),
+    ])
 }
 
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let (h, pid, mut problems) = (&i["HostConfig"], i["State"]["Pid"].as_u64(), Vec::new());
+    let (h, pid) = (&i["HostConfig"], i["State"]["Pid"].as_u64());
     let pid = pid.context("docker inspect: no pid")?;
     let want = json!({"Privileged": false, "ReadonlyRootfs": true, "CapDrop": ["ALL"],
         "CapAdd": null, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": network});
@@ -189,9 +178,6 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
         (!fine).then(|| format!("{k} {}", h[k]))
     };
     let off: Vec<String> = want.as_object().into_iter().flatten().filter_map(off).collect();
-    if !off.is_empty() {
-        problems.push(format!("{service}: docker inspect shows {}", off.join(", ")));
-    }
     let proc = |f: &str| {
         let path = format!("/proc/{pid}/{f}");
         std::fs::read_to_string(&path).with_context(|| format!("reading {path} of {service}"))
@@ -206,9 +192,11 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
     let [uid, eff, bnd, nnp] = ["Uid:", "CapEff:", "CapBnd:", "NoNewPrivs:"].map(field);
     let zero = "0000000000000000";
     let caps = format!("CapEff {eff} CapBnd {bnd} NoNewPrivs {nnp} root ro {root_ro}");
-    if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
-        problems.push(format!("{service}: process uid {uid} {caps}"));
-    }
+    let confined = uid != "0" && eff == zero && bnd == zero && nnp == "1" && root_ro;
+    let problems = util::failed([
+        (!off.is_empty(), format!("{service}: docker inspect shows {}", off.join(", "))),
+        (!confined, format!("{service}: process uid {uid} {caps}")),
+    ]);
     let (cpus, memory, user) = (&h["NanoCpus"], &h["Memory"], &i["Config"]["User"]);
     let user = user.as_str().unwrap_or_default();
     let line = format!(
@@ -237,12 +225,8 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
             r.problems.extend(problems);
         }
     }
-    for l in &r.services {
-        log!("  {l}");
-    }
-    for p in &r.problems {
-        log!("  PROBLEM: {p}");
-    }
+    r.services.iter().for_each(|l| log!("  {l}"));
+    r.problems.iter().for_each(|p| log!("  PROBLEM: {p}"));
     Ok(r)
 }
 
