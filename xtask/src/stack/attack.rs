@@ -152,13 +152,10 @@ impl Run {
         self
     }
 
-    fn problems(&mut self, found: Vec<String>) {
-        found.into_iter().for_each(|p| self.problem(p));
-    }
-
-    fn problem(&mut self, p: String) {
-        let target = format!("{:?}", self.target).to_lowercase();
-        self.problems.push(format!("{target} {}: {p}", self.attack.name()));
+    /// Each problem found, named after the target and the attack.
+    fn problems(&mut self, found: impl IntoIterator<Item = String>) {
+        let (target, attack) = (format!("{:?}", self.target).to_lowercase(), self.attack.name());
+        self.problems.extend(found.into_iter().map(|p| format!("{target} {attack}: {p}")));
     }
 
     /// The memory and CPU columns: `serve`'s own process, or every container's.
@@ -237,7 +234,7 @@ fn on_stack(s: &mut Session, addr: SocketAddr, r: Run) -> Result<Run> {
     let mut r = attacked(r, addr)?;
     // A container that died has no cgroup to read until it is back.
     r.containers = s.containers().unwrap_or_else(|e| {
-        r.problem(format!("containers unreadable ({e:#}): one died"));
+        r.problems([format!("containers unreadable ({e:#}): one died")]);
         vec![]
     });
     for c in r.containers.clone() {
@@ -245,7 +242,7 @@ fn on_stack(s: &mut Session, addr: SocketAddr, r: Run) -> Result<Run> {
         let over =
             format!("{}: peak memory {peak:.1} of {limit:.0} MB, over {share:.0} %", c.service);
         r.problems(util::failed([(peak > STACK_PEAK_SHARE * limit, over)]));
-        r.problems(c.trouble().into_iter().collect());
+        r.problems(c.trouble());
     }
     Ok(r)
 }
@@ -263,17 +260,13 @@ fn attacked(r: Run, addr: SocketAddr) -> Result<Run> {
     Ok(Run { attacker, benign, ..r }.judged())
 }
 
-/// What makes the attacker's run no test: its tool failing, or fewer connections held at once
-/// than [`HELD_SHARE`] of the cap.
+/// What makes the attacker's run no test: its tool failing, or under [`HELD_SHARE`] of the cap.
 fn attacker_problems(a: &Attacker, cap: usize) -> Vec<String> {
-    let least = (HELD_SHARE * cap as f64).ceil() as u64;
-    let few = (a.connections < least).then(|| {
-        format!(
-            "the attacker held {} connections at once, under {least} (98 % of the cap {cap})",
-            a.connections
-        )
-    });
-    a.failure.iter().cloned().chain(few).collect()
+    let (least, held) = ((HELD_SHARE * cap as f64).ceil() as u64, a.connections);
+    let few = format!(
+        "the attacker held {held} connections at once, under {least} (98 % of the cap {cap})"
+    );
+    a.failure.iter().cloned().chain((held < least).then_some(few)).collect()
 }
 
 fn benign_problems(b: &Benign, max_p99: f64) -> Vec<String> {
@@ -367,13 +360,12 @@ fn benign(addr: SocketAddr) -> Result<Background<Client>> {
     Ok(Background::every(BENIGN_EVERY, client, move |(b, latencies, conn)| {
         let (i, t) = (b.requests as usize, Instant::now());
         b.requests += 1;
+        let (request, entry) = (&requests[i % picked.len()], &entries[picked[i % picked.len()]]);
         let answer = match conn {
-            Ok(s) => exchange(s, &requests[i % picked.len()]),
+            Ok(s) => exchange(s, request),
             Err(e) => Err(format!("connect: {e}")),
         };
-        match answer
-            .and_then(|(status, body)| entries[picked[i % picked.len()]].judge(status, &body))
-        {
+        match answer.and_then(|(status, body)| entry.judge(status, &body)) {
             Ok(()) => latencies.push(t.elapsed().as_secs_f64() * 1e3),
             Err(why) => {
                 b.failures += 1;
