@@ -4,7 +4,7 @@
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Session};
-use super::probe::{self, Sample, StatRow, State};
+use super::probe::{self, Sample, StatRow};
 use super::Common;
 use crate::util::{self, log};
 use anyhow::{ensure, Context, Result};
@@ -56,14 +56,13 @@ impl KillReport {
 /// Lines the samples and failures up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
-    let status = |s: &Sample| s.server(victim).map(StatRow::state);
-    let is_up = |s: &Sample| status(s) == Some(State::Up);
+    let is_up = |s: &Sample| s.server(victim).is_some_and(StatRow::up);
     let stot = |s: &Sample| s.server(victim).and_then(|v| v.stot).unwrap_or(0);
     let ready = |s: &Sample| s.ready.get(victim).is_some_and(probe::ok);
     let from = |start: Option<usize>, f: &dyn Fn(&Sample) -> bool| {
         start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
     };
-    let down = from(Some(0), &|s| status(s) == Some(State::Out));
+    let down = from(Some(0), &|s| s.server(victim).is_some_and(StatRow::out));
     let back = from(from(Some(0), &|s| !ready(s)), &ready);
     let up = from(down, &is_up);
     // Sessions given it while out, and the first UP sample after its /ready 200 where its

@@ -5,7 +5,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
-use super::probe::{sample, Monitor, StatRow, State};
+use super::probe::{sample, Monitor, StatRow};
 use super::{check, Common};
 use crate::util::{self, log, Background};
 use anyhow::{Context, Result};
@@ -187,7 +187,7 @@ fn poll_stat<T>(
 
 pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     poll_stat(compose, "HAProxy: every server UP", limit, |rows| {
-        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.state() == State::Up);
+        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.up());
         let (up, n) = (compose.apis.iter().filter(is_up).count(), compose.apis.len());
         (up == n).then_some(()).ok_or(format!("{up} of {n} UP"))
     })

@@ -3,7 +3,6 @@
 
 use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Session};
-use super::probe::State;
 use super::Common;
 use crate::util::{self, log, root};
 use anyhow::{Context, Result};
@@ -85,7 +84,7 @@ pub fn run(common: Common) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let m = measure(&loaded);
-    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.state() != State::Up)).count();
+    let not_up = samples.iter().filter(|s| s.servers().any(|v| !v.up())).count();
     s.problems.extend(judge(&m, &containers, loaded.k6_status));
     let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
     let windows =
