@@ -113,12 +113,11 @@ pub fn run(a: Args) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let restarts = |v: &str| containers.iter().find(|c| c.service == v).map_or(0, |c| c.restarts);
-    let reports = kills.into_iter().map(|(victim, t, failed)| {
-        let r = KillReport { restarts: restarts(victim), ..analyse(victim, t, &samples, &failed) };
-        log!("  {r:?}");
-        r
+    let reports = kills.into_iter().map(|(victim, t, failed)| KillReport {
+        restarts: restarts(victim),
+        ..analyse(victim, t, &samples, &failed)
     });
-    let reports: Vec<KillReport> = reports.collect();
+    let reports: Vec<KillReport> = reports.inspect(|r| log!("  {r:?}")).collect();
     s.problems.extend(judge(&reports, &unexplained, &summaries));
     let figures = figures(a.rate, &reports, unexplained.len(), &summaries, &s.problems);
     let overrides = util::list(&a.common.overrides, |p| p.display().to_string());
@@ -153,25 +152,24 @@ fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary])
     for r in reports {
         let (v, ready, up, sessions, max) =
             (&r.victim, r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
-        if r.failed > MAX_FAILED {
-            problems.push(format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed));
-        }
-        if r.restarts == 0 {
-            problems.push(format!("{v}: the engine did not restart it"));
-        }
+        problems.extend(util::failed([
+            (
+                r.failed > MAX_FAILED,
+                format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed),
+            ),
+            (r.restarts == 0, format!("{v}: the engine did not restart it")),
+        ]));
         match r.rotation_after_ready() {
             Some(ms) if ms <= max => {}
             Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {max})")),
             None => problems.push(format!("{v}: never back in rotation (ready {ready:?} ms, UP {up:?} ms, sessions {sessions:?} ms after the kill)")),
         }
     }
-    if !unexplained.is_empty() {
-        problems.push(format!("{} requests failed before any kill", unexplained.len()));
-    }
-    let (fp, fn_) = wrong_answers(summaries);
-    if fp + fn_ > 0 {
-        problems.push(format!("FP {fp} FN {fn_}"));
-    }
+    let ((fp, fn_), early) = (wrong_answers(summaries), unexplained.len());
+    problems.extend(util::failed([
+        (early > 0, format!("{early} requests failed before any kill")),
+        (fp + fn_ > 0, format!("FP {fp} FN {fn_}")),
+    ]));
     problems
 }
 
