@@ -115,10 +115,9 @@ fn measure(l: &Loaded) -> Measured {
     let t0 = l.summary.t0_ms as f64;
     let (start_s, end_s) = ((l.span.0 as f64 - t0) / 1000.0, (l.span.1 as f64 - t0) / 1000.0);
     let windows = &l.summary.windows;
-    let during = windows
-        .iter()
-        .filter(|w| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor());
-    let during: Vec<&Window> = during.collect();
+    let inside =
+        |w: &&Window| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor();
+    let during: Vec<&Window> = windows.iter().filter(inside).collect();
     let mean = |f: &dyn Fn(&Window) -> f64| {
         during.iter().map(|w| f(w)).sum::<f64>() / during.len().max(1) as f64
     };
@@ -146,9 +145,7 @@ fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<Str
         )),
         None => problems.push(format!("p99 never back under {max_p99} ms after the overload")),
     }
-    if !k6.success() {
-        problems.push(format!("k6 exited {k6}"));
-    }
+    problems.extend((!k6.success()).then(|| format!("k6 exited {k6}")));
     problems
 }
 
@@ -187,16 +184,14 @@ impl WrkSummary {
         (self.n("requests") / s, self.n("status200") / s)
     }
     fn errors(&self) -> u64 {
-        ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k)).iter().sum::<f64>()
-            as u64
+        let each = ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k));
+        each.iter().sum::<f64>() as u64
     }
 }
 
 fn parse_wrk(output: &str) -> Result<WrkSummary> {
-    let line = output
-        .lines()
-        .find_map(|l| l.strip_prefix("WRKJSON "))
-        .context("wrk printed no WRKJSON line")?;
+    let line = output.lines().find_map(|l| l.strip_prefix("WRKJSON "));
+    let line = line.context("wrk printed no WRKJSON line")?;
     serde_json::from_str(line).map(WrkSummary).context("parsing wrk's WRKJSON line")
 }
 
