@@ -56,10 +56,9 @@ enum Target {
 impl Target {
     /// The bound of the benign client's p99.
     fn max_p99_ms(self) -> f64 {
-        if self == Target::Serve {
-            10.0
-        } else {
-            100.0
+        match self {
+            Target::Serve => 10.0,
+            Target::Stack => 100.0,
         }
     }
 }
