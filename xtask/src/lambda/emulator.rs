@@ -41,10 +41,9 @@ pub fn session(
     let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
     let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
     let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
-    let (api_s, runtime_s) = (api.to_string(), runtime_api.to_string());
     let flags =
-        ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
-    let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
+        format!("--runtime-interface-emulator-address {api} --runtime-api-address {runtime_api}");
+    let e = duct::cmd(rie, flags.split(' ').map(OsString::from).chain([entry.into()]));
     let child = util::to_log(e.dir(package_dir).stdin_null(), &log)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
         .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())

@@ -66,9 +66,7 @@ pub fn run(a: Args) -> Result<()> {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
         let (run, smoke) = (run?, "pulled by digest from the loopback registry, smoke");
-        if !run.passed() {
-            problems.push(format!("{smoke} failed"));
-        }
+        problems.extend((!run.passed()).then(|| format!("{smoke} failed")));
         figures += &format!("; {smoke}: {}", load::run_figures(&run));
     }
     drop(registry);
