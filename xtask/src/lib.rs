@@ -1,7 +1,5 @@
-//! The fraud scorer's harness (`cargo xtask`, alias in `.cargo/config.toml`): every command logs
-//! on stderr and ends with one verdict line (`<command>: PASS|FAIL <figures>`), also kept as JSON
-//! under `<target>/xtask/`. [`util`] imports nothing of the harness; each command module only
-//! `util` and its children. The instruments CI never runs are the `measure` crate, on this API.
+//! The fraud scorer's harness (`cargo xtask`): each command logs on stderr and ends with a verdict
+//! line, also as JSON under `<target>/xtask/`. [`util`] imports nothing of the rest.
 
 pub mod ci;
 pub mod fuzz;

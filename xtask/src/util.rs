@@ -296,9 +296,8 @@ pub struct Shipped {
 }
 
 impl Shipped {
-    /// Where the shipped build puts its binaries (nothing is built), and the index they embed:
-    /// `FRAUD_INDEX_ARTIFACT_IN`, else the workspace build's copied to a fixed path with its mtime
-    /// (the same build input from run to run), else none (their build script packs one).
+    /// The shipped build's binaries (none built) and their index: `FRAUD_INDEX_ARTIFACT_IN`, else
+    /// the workspace build's copied to a fixed path with its mtime (an unchanged build input).
     pub fn last() -> Result<Shipped> {
         let dir = target_dir().join(TRIPLE).join(PROFILE);
         let (local_runner, bootstrap) = (dir.join("local-runner"), dir.join("bootstrap"));
@@ -354,9 +353,8 @@ pub fn copy_atomically(from: &Path, to: &Path, modified: Option<SystemTime>) -> 
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
 }
 
-/// Ships `artifact` into `dir` as the file form maps it (`index_pack::embed::FILE_NAME`), a copy
-/// (never a link), checked as the build script checks (`verify_deep`) and against `artifact`'s
-/// length and footer (what the binary compares at start).
+/// Ships a copy of `artifact` into `dir` as the file form maps it, checked in full (`verify_deep`)
+/// and against `artifact`'s length and footer (what the binary compares at start).
 pub fn ship_index(artifact: &Path, dir: &Path) -> Result<PathBuf> {
     use index_pack::format::{self, FOOTER_LEN};
     use std::io::{Read, Seek, SeekFrom};

@@ -1,7 +1,5 @@
-//! `cargo xtask verify`: every public and final-shape answer exact through the handler, vectors
-//! and the 5 nearest references equal to the `labeller` crate's (the contest's brute force, no
-//! code shared), and the recorded hostile answers current. `--public` keeps only the first part
-//! on the public set (the quick check's).
+//! `cargo xtask verify`: every public and final-shape answer exact, vectors and 5 nearest equal to
+//! the `labeller` crate's, the recorded hostile answers current (`--public`: the public answers).
 
 use crate::util::{self, cmd, log, TEST_SET};
 use anyhow::Result;

@@ -1,9 +1,5 @@
-//! The container-image form of the Lambda (docs/LAMBDA.md, "Packaging by size"): a zip package
-//! holds at most 250 MB unzipped, so an index over about 7M references ships as an image
-//! instead (up to 10 GB). `template-image.yaml` is `template.yaml` with the function as an image
-//! built from `docker/lambda-image/Dockerfile` around the same shipped bootstrap; it is written
-//! from `template.yaml` by `cargo xtask lambda image-template`, and a test holds the committed
-//! file to that.
+//! The Lambda as a container image, for an index past a zip's 250 MB (docs/LAMBDA.md, "Packaging
+//! by size"): `template-image.yaml`, written from `template.yaml` (a test holds it to that).
 
 use crate::util::root;
 use anyhow::{Context, Result};
@@ -11,9 +7,8 @@ use anyhow::{Context, Result};
 /// The image form's template, beside `template.yaml`.
 pub const TEMPLATE: &str = "template-image.yaml";
 
-/// `template.yaml` with the function packaged as an image (its other resources, parameters,
-/// defaults and comments unchanged): the function's build metadata and its zip-only properties
-/// are replaced, line by line, so that the two files cannot drift apart.
+/// `template.yaml` with the function packaged as an image: its build metadata and zip-only
+/// properties replaced line by line, all else unchanged, so that the two cannot drift apart.
 pub fn from_zip_template(zip: &str) -> Result<String> {
     let lines: Vec<&str> = zip.lines().collect();
     let at = |line: &str, from: usize| {

@@ -1,7 +1,5 @@
-//! The Lambda package: the shipped `bootstrap` (`util::build_shipped`, the build the image's
-//! binary comes from too) in a zip, within Lambda's limits for a zip package. A bootstrap built
-//! in the file form (`index_pack::embed`, an index over 1,920 MiB) has its index beside it in
-//! the package directory, which only an image can ship.
+//! The Lambda package: the shipped `bootstrap` in a zip within Lambda's limits; in the file form
+//! (`index_pack::embed`, over 1,920 MiB) with its index beside it, which only an image ships.
 
 use crate::util::{self, log, TRIPLE};
 use anyhow::{ensure, Context, Result};
@@ -60,10 +58,8 @@ impl Package {
     }
 }
 
-/// The template parameters docs/LAMBDA.md gives for a package of `bytes` when the defaults
-/// (512 MB, the index prefaulted during init) do not suit it: memory for the whole index plus
-/// 64 MB, rounded up to 128 MB; past 1 GB the index left lazy, since its read would take much
-/// of the 10 s init (and all of an invocation's timeout under `sam local invoke`).
+/// docs/LAMBDA.md's parameters for a package the defaults (512 MB, prefaulted) do not suit: the
+/// index + 64 MB in 128 MB steps; past 1 GB lazy (its read would take much of the 10 s init).
 pub fn parameters_for(bytes: u64) -> Option<String> {
     const MB: u64 = 1 << 20;
     let memory = (bytes / MB + 64).next_multiple_of(128).max(512);

@@ -1,7 +1,5 @@
-//! `cargo xtask stack attack`: slowhttptest's three slow modes and a flood of our own at the
-//! connection cap, each beside a benign client, against `local-runner serve` and the stack.
-//! docs/HOSTILE.md, "Under attack", says what each attack is and the gate's bounds, among them the
-//! attacker's own (98 % of the cap held, slowhttptest's exit and statistics).
+//! `cargo xtask stack attack`: slowhttptest's three slow modes and a flood at the connection cap,
+//! each beside a benign client, against serve and the stack (docs/HOSTILE.md, "Under attack").
 
 use super::load::{memory_figures, Container, Session};
 use super::Common;
@@ -338,9 +336,8 @@ fn flood(addr: SocketAddr, connections: usize, length: Duration) -> Attacker {
     a
 }
 
-/// The benign client on its own thread: a scoring request every 10 ms on a keep-alive connection
-/// (again after a failure, which counts), each answer checked and timed. Each request goes out
-/// in one write, as a contest client's (ureq's head and body apart cost a turn of serve's loop).
+/// The benign client: a request every 10 ms on a keep-alive connection, checked and timed, each
+/// in one write as a contest client's (ureq's head and body apart cost a turn of serve's loop).
 fn benign(addr: SocketAddr) -> Result<Background<Client>> {
     let entries = util::test_entries()?;
     let picked = util::spread(entries.len(), 50);

@@ -15,9 +15,8 @@ pub struct Compose {
     pub apis: Vec<String>,
     /// A submission: every image must be pinned by digest and here as linux/amd64.
     pub pinned: bool,
-    /// Someone else's project (`measure batch --external`), run as is without our stack check:
-    /// it serves when this says so. None: ours, with `haproxy` and the `apis`, their sockets and
-    /// HAProxy's stats one in the `sockets` volume.
+    /// Someone else's project (`measure batch --external`), unchecked, serving when this says so;
+    /// None: ours, `haproxy` and the `apis` with their sockets in the `sockets` volume.
     pub external: Option<fn(&Compose) -> Result<()>>,
 }
 
