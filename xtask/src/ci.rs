@@ -1,11 +1,7 @@
 //! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`, each step with its verdict (a
 //! failure stops none); one linted workspace build serves all but the fuzz targets' own.
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::Serialize;
-use std::path::Path;
-use std::time::Instant;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {

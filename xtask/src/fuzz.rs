@@ -1,9 +1,6 @@
 //! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets (docs/FUZZING.md) under ASan.
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::Serialize;
-use std::time::Instant;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {

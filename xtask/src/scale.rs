@@ -2,12 +2,9 @@
 //! held exact against the labeller, shipped beside the binary (which refuses other files), served.
 //! It rebuilds the workspace's `local-runner` around that index (CI runs it last).
 
-use crate::util::{self, cmd, log, Served};
-use anyhow::Result;
+use crate::prelude::*;
+use crate::util::Served;
 use index_pack::report::{Neighbours, Packed};
-use serde::Serialize;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {

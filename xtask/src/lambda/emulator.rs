@@ -2,13 +2,9 @@
 
 use super::events::Answer;
 use super::logs::Log;
-use crate::util::{self, log};
-use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use std::ffi::OsString;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 

@@ -1,10 +1,8 @@
 //! The cases the function is held to: events/ with its expected.tsv, and replayed payloads.
 
-use crate::util::{self, root};
-use anyhow::{bail, Context, Result};
+use crate::prelude::*;
 use base64::Engine;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 
 /// The four event sources, each with a `legit.json` in events/<source>/.
 const SOURCES: [&str; 4] = ["apigw-v2", "apigw-v1", "function-url", "alb"];

@@ -5,11 +5,8 @@ use super::events::{self, Case};
 use super::logs::{self, Init};
 use super::package::{self, Package};
 use super::sam::{self, Tools};
-use crate::util::{self, log, mb, Quantiles};
-use anyhow::Result;
-use serde::Serialize;
-use std::path::PathBuf;
-use std::time::Instant;
+use crate::prelude::*;
+use crate::util::{mb, Quantiles};
 
 #[derive(clap::Args)]
 pub struct CiArgs {

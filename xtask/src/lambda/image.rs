@@ -1,8 +1,7 @@
 //! The Lambda as a container image, for an index past a zip's 250 MB (docs/LAMBDA.md, "Packaging
 //! by size"): `template-image.yaml`, written from `template.yaml` (a test holds it to that).
 
-use crate::util::root;
-use anyhow::{Context, Result};
+use crate::prelude::*;
 
 /// The image form's template, beside `template.yaml`.
 pub const TEMPLATE: &str = "template-image.yaml";

@@ -1,11 +1,9 @@
 //! A run's log and what the bootstrap must log: one init line, failure lines (at most one a
 //! second, each counting the failures left out before it), a closing one.
 
-use anyhow::{Context, Result};
+use crate::prelude::*;
 use index_pack::format::{self, Footer};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
 #[derive(Clone, Debug, Deserialize)]

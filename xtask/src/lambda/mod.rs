@@ -9,10 +9,8 @@ pub mod package;
 mod preflight;
 pub mod sam;
 
-use crate::util::{self, log, mb};
-use anyhow::Result;
-use std::path::PathBuf;
-use std::time::Instant;
+use crate::prelude::*;
+use crate::util::mb;
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]

@@ -1,11 +1,9 @@
 //! The Lambda package: the shipped `bootstrap` in a zip within Lambda's limits; in the file form
 //! (`index_pack::embed`, over 1,920 MiB) with its index beside it, which only an image ships.
 
-use crate::util::{self, log, TRIPLE};
-use anyhow::{ensure, Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
+use crate::util::TRIPLE;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
 /// Lambda's limit for a zip package, unzipped (the API refuses more than 262,144,000 bytes).

@@ -1,8 +1,6 @@
 //! `cargo xtask lambda preflight`: the `ReservedConcurrency` the account allows (100 stay free).
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use crate::prelude::*;
 
 #[derive(Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "PascalCase")]

@@ -1,9 +1,7 @@
 //! AWS SAM CLI in a venv (`LAMBDA_VENV`; it brings cfn-lint and the emulator), template.yaml.
 
 use super::emulator::Settings;
-use crate::util::{self, root};
-use anyhow::{bail, ensure, Context, Result};
-use std::path::PathBuf;
+use crate::prelude::*;
 use yaml_serde::Value;
 
 /// The version the emulator figures and the template checks were taken with (scripts/setup.sh

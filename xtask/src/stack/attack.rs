@@ -3,15 +3,12 @@
 
 use super::load::{memory_figures, Container, Session};
 use super::Common;
-use crate::util::{self, log, root, Background, Quantiles};
-use anyhow::{ensure, Context, Result};
+use crate::prelude::*;
+use crate::util::{Background, Quantiles};
 use clap::ValueEnum;
-use serde::Serialize;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant};
 
 /// `local-runner serve`'s default `--max-connections`.
 const SERVE_CAP: usize = 1024;

@@ -6,10 +6,7 @@ use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Session};
 use super::probe::{self, Sample, StatRow};
 use super::Common;
-use crate::util::{self, log};
-use anyhow::{ensure, Context, Result};
-use serde::Serialize;
-use std::time::Duration;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -2,9 +2,7 @@
 //! running stack on what Docker and /proc say; a submission's images [`pinned`] too.
 
 use super::compose::{image_inspect, inspect, Compose};
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use serde_json::json;
 use yaml_serde::Value;
 

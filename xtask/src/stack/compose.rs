@@ -1,9 +1,7 @@
 //! Compose projects (ours, the floor, a submission, an external one), run by Compose v2 as the
 //! contest runs them (limits apply without `--compatibility`), and `docker inspect`.
 
-use crate::util::{self, cmd, root};
-use anyhow::{bail, ensure, Context, Result};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
 #[derive(Clone, Debug)]

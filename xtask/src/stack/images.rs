@@ -1,9 +1,8 @@
 //! `cargo xtask stack images`: the static local-runner and a haproxy:2.6 stand-in from Debian's,
 //! each `FROM scratch` around a root file system written here (no registry).
 
-use crate::util::{self, log, root, ScratchImage};
-use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
+use crate::util::ScratchImage;
 
 /// The tags docker-compose.yml names.
 pub const API: &str = "fraud-api:latest";

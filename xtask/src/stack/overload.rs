@@ -4,12 +4,8 @@
 use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Session};
 use super::Common;
-use crate::util::{self, log, root};
-use anyhow::{Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 const RATE: u32 = super::SMOKE_RATE;
 /// Seconds at the peak before the overload, of overload, and at the peak after it.

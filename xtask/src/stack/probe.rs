@@ -2,15 +2,12 @@
 //! no Unix socket), HAProxy's `show stat`, and [`sample`], all that (and memory) at one moment.
 
 use super::cgroup::Cgroup;
+use crate::prelude::*;
 use crate::util;
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 

@@ -3,10 +3,7 @@
 
 use super::compose::{image_inspect, Compose};
 use super::{check, images, load, Common};
-use crate::util::{self, log, root};
-use anyhow::{ensure, Context, Result};
-use std::path::PathBuf;
-use std::time::Duration;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {
