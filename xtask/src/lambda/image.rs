@@ -39,10 +39,3 @@ pub fn from_zip_template(zip: &str) -> Result<String> {
     out.extend(rest.map(|l| l.to_string()));
     Ok(out.join("\n") + "\n")
 }
-
-/// Writes the image form's template from `template.yaml`.
-pub fn write_template() -> Result<()> {
-    let zip = std::fs::read_to_string(root().join("template.yaml"))?;
-    std::fs::write(root().join(TEMPLATE), from_zip_template(&zip)?)?;
-    Ok(())
-}

@@ -44,14 +44,15 @@ pub fn run(args: Args) -> Result<()> {
     match args.command {
         None => gate::run(args.ci),
         Some(Command::ImageTemplate) => {
-            image::write_template()?;
+            let zip = std::fs::read_to_string(root().join("template.yaml"))?;
+            std::fs::write(root().join(image::TEMPLATE), image::from_zip_template(&zip)?)?;
             util::verdict("lambda image-template", true, image::TEMPLATE, &image::TEMPLATE)
         }
         Some(Command::Build { artifacts_dir, image }) => {
             let t = Instant::now();
             let pkg = package::build(false)?;
             if image {
-                let dockerfile = util::root().join("docker/lambda-image/Dockerfile");
+                let dockerfile = root().join("docker/lambda-image/Dockerfile");
                 std::fs::copy(dockerfile, pkg.dir.parent().unwrap_or(&pkg.dir).join("Dockerfile"))?;
                 if let Some(hint) = package::parameters_for(pkg.unzipped_bytes) {
                     log!("for this index deploy with --parameter-overrides {hint} (docs/LAMBDA.md, \"Packaging by size\")");

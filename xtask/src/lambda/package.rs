@@ -11,8 +11,7 @@ pub const LIMIT_UNZIPPED: u64 = 262_144_000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Package {
-    /// The directory the emulator runs and the image copies: `bootstrap`, and in the file form
-    /// the index beside it.
+    /// What the emulator runs and the image copies: `bootstrap` (and in the file form its index).
     pub dir: PathBuf,
     pub bootstrap: PathBuf,
     pub zip: PathBuf,
@@ -74,17 +73,13 @@ pub fn build(skip_build: bool) -> Result<Package> {
         util::newest_index_artifact(&build).context("no index artifact packed")
     };
     let index_artifact = built.index.map_or_else(packed_here, Ok)?;
-    assemble(&built.bootstrap, index_artifact)
-}
-
-fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
-    util::check_static_x86_64(built).context("the static flags did not apply")?;
+    util::check_static_x86_64(&built.bootstrap).context("the static flags did not apply")?;
     let package_dir = util::target_dir().join("lambda-package");
     let dir = package_dir.join("bootstrap");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
-    std::fs::copy(built, &bootstrap)?;
+    std::fs::copy(&built.bootstrap, &bootstrap)?;
     let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
     let zip = package_dir.join("bootstrap.zip");
     let _ = std::fs::remove_file(&zip);
@@ -105,7 +100,6 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     };
     let unzipped_bytes = len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?;
     let sha256 = util::sha256_file(&bootstrap)?;
-    let (index, beside) = (index_artifact, index_beside);
     Ok(Package {
         dir,
         bootstrap,
@@ -113,7 +107,7 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
         sha256,
         zipped_bytes,
         unzipped_bytes,
-        index_artifact: index,
-        index_beside: beside,
+        index_artifact,
+        index_beside,
     })
 }

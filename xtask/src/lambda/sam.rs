@@ -4,8 +4,7 @@ use super::emulator::Settings;
 use crate::prelude::*;
 use yaml_serde::Value;
 
-/// The version the emulator figures and the template checks were taken with (scripts/setup.sh
-/// installs it).
+/// The version the emulator figures and the template checks were taken with (scripts/setup.sh's).
 const SAM_CLI_VERSION: &str = "1.170.0";
 
 /// The function's logical id in template.yaml (and the Makefile's target).
@@ -59,14 +58,10 @@ impl Tools {
     }
 }
 
-fn template() -> Result<Value> {
-    let text = std::fs::read_to_string(root().join("template.yaml"))?;
-    yaml_serde::from_str(&text).context("template.yaml")
-}
-
 /// template.yaml's parameter defaults that the emulator reproduces (memory, timeout, prefault).
 pub fn defaults() -> Result<Settings> {
-    let t = template()?;
+    let text = std::fs::read_to_string(root().join("template.yaml"))?;
+    let t: Value = yaml_serde::from_str(&text).context("template.yaml")?;
     let get = |name: &str| -> Result<String> {
         Ok(match &t["Parameters"][name]["Default"] {
             Value::Null => bail!("template.yaml: no default for parameter {name}"),
