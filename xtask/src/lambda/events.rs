@@ -60,12 +60,14 @@ pub fn cases() -> Result<Vec<Case>> {
 pub fn request_body(event: &str) -> Result<Vec<u8>> {
     let e: Value = serde_json::from_slice(&read_event(event)?)
         .with_context(|| format!("events/{event} is not JSON"))?;
-    let b = e["body"].as_str().unwrap_or_default().as_bytes();
-    Ok(if e["isBase64Encoded"] == true {
-        base64::engine::general_purpose::STANDARD.decode(b)?
-    } else {
-        b.to_vec()
-    })
+    body(&e)
+}
+
+/// The `body` of an event or an answer, base64-decoded when it says so.
+fn body(v: &Value) -> Result<Vec<u8>> {
+    let b = v["body"].as_str().unwrap_or_default().as_bytes();
+    let base64 = v["isBase64Encoded"] == true;
+    Ok(if base64 { base64::engine::general_purpose::STANDARD.decode(b)? } else { b.to_vec() })
 }
 
 /// GET /ready in `source`'s format: the first invocation of a run.
@@ -117,9 +119,8 @@ impl Answer {
         if let Some(error) = v["errorType"].as_str() {
             bail!("function error {error}: {}", v["errorMessage"].as_str().unwrap_or_default());
         }
-        let status = v["statusCode"]
-            .as_u64()
-            .with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
+        let status = v["statusCode"].as_u64();
+        let status = status.with_context(|| format!("not a Lambda HTTP answer: {}", shown()))?;
         let find = |map: &Value, name: &str| -> Option<Value> {
             let (_, v) = map.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
             Some(v.clone())
@@ -128,11 +129,8 @@ impl Answer {
             let multi = || find(&v["multiValueHeaders"], name).map(|m| m[0].clone());
             find(&v["headers"], name).or_else(multi)?.as_str().map(String::from)
         };
-        let mut body = v["body"].as_str().unwrap_or_default().to_string();
-        if v["isBase64Encoded"] == true {
-            body = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(body)?)?;
-        }
-        let (content_type, allow) = (header("content-type"), header("allow"));
+        let (content_type, allow, body) =
+            (header("content-type"), header("allow"), String::from_utf8(body(&v)?)?);
         Ok(Answer { status: status as u16, content_type, allow, body })
     }
 

@@ -93,10 +93,8 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
 }
 
 fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
-    let mut sent = vec![events::ready("apigw-v2")?];
-    for case in events::cases()? {
-        sent.push((events::read_event(&case.event)?, case));
-    }
+    let cases = events::cases()?.into_iter().map(|c| Ok((events::read_event(&c.event)?, c)));
+    let mut sent = [vec![events::ready("apigw-v2")?], cases.collect::<Result<_>>()?].concat();
     let events = sent.len() - 1;
     sent.extend(events::replay(n, true, |k| k)?);
     let log = util::xtask_dir("lambda")?.join("rie.log");

@@ -49,12 +49,10 @@ impl Log {
         };
         let mut log = Log::default();
         for l in text.lines() {
-            if log.init_report_ms.is_none() {
-                log.init_report_ms = number_after(l, "INIT REPORT(durationMs: ");
-            }
-            if l.starts_with("REPORT ") {
-                log.durations_ms.extend(number_after(l, "\tDuration: "));
-            }
+            let init = || number_after(l, "INIT REPORT(durationMs: ");
+            log.init_report_ms = log.init_report_ms.or_else(init);
+            let report = l.strip_prefix("REPORT ").and_then(|r| number_after(r, "\tDuration: "));
+            log.durations_ms.extend(report);
             log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
             match serde_json::from_str::<Line>(l) {
                 Ok(line) => log.lines.push(line),
@@ -161,10 +159,8 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
         }
         match line.typed::<Failure>() {
             Ok(f) if line.level == "WARN" && f.message == "request failed" => {
-                if f.field.is_some() != (f.status == 400)
-                    || f.method.is_empty()
-                    || f.path.is_empty()
-                {
+                let shaped = f.field.is_some() == (f.status == 400) && !f.method.is_empty();
+                if !shaped || f.path.is_empty() {
                     r.problems.push(format!("{f:?}: want a method, a path, a field iff 400"));
                 }
                 // The line is about the failure after the `not_logged` it counts.
@@ -184,16 +180,13 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
         }
     }
     // The first failure always has its line; later ones may be counted by the next line.
-    if !failed.is_empty() && r.failure_lines == 0 {
-        r.problems.push(format!("no failure line for the failed requests {failed:?}"));
-    }
-    if let Some(first) = log.other.first() {
-        let n = log.other.len();
-        r.problems.push(format!("{n} lines neither JSON nor the emulator's, first {first:?}"));
-    }
-    if log.crashed {
-        r.problems.push("the bootstrap crashed or panicked".into());
-    }
+    let unlogged = !failed.is_empty() && r.failure_lines == 0;
+    let (n, first) = (log.other.len(), log.other.first().map_or("", String::as_str));
+    r.problems.extend(util::failed([
+        (unlogged, format!("no failure line for the failed requests {failed:?}")),
+        (n > 0, format!("{n} lines neither JSON nor the emulator's, first {first:?}")),
+        (log.crashed, "the bootstrap crashed or panicked".into()),
+    ]));
     r
 }
 
