@@ -90,10 +90,8 @@ pub type Env = [(&'static str, String)];
 /// Starts k6 on `k6/<script>` with `env` (TEST_DATA: the public set unless given).
 pub fn start(script: &str, env: &Env, base: &Path) -> Result<duct::Handle> {
     let e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script));
-    let e = match env.iter().any(|(k, _)| *k == "TEST_DATA") {
-        true => e,
-        false => e.env("TEST_DATA", test_data(util::TEST_SET)?),
-    };
+    let given = env.iter().any(|(k, _)| *k == "TEST_DATA");
+    let e = if given { e } else { e.env("TEST_DATA", test_data(util::TEST_SET)?) };
     let e = e.env("BASE_URL", "http://localhost:9999");
     let e = env.iter().fold(e.env("SUMMARY", file(base, "k6.json")), |e, (k, v)| e.env(k, v));
     util::to_log(e.unchecked(), &file(base, "k6.log")).start().context("cannot start k6")
