@@ -114,9 +114,7 @@ impl Drop for Emulator {
             let gone = util::poll("the CPU group", limit, every, || {
                 Ok(std::fs::remove_dir(&cg).map_err(|e| e.to_string()))
             });
-            if let Err(e) = gone {
-                log!("cannot remove {}: {e:#}", cg.display());
-            }
+            gone.unwrap_or_else(|e| log!("cannot remove {}: {e:#}", cg.display()));
         }
     }
 }
