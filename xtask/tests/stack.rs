@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use xtask::stack::check::{pinned, reference, rules};
 use xtask::stack::compose::Compose;
-use xtask::stack::k6::{failures, Summary};
-use xtask::stack::load::{run_figures, run_of};
+use xtask::stack::k6::{failures, Summary, Trend};
+use xtask::stack::load::{run_figures, Container, LoadRun};
 
 const GOOD: &str = r#"
 networks: {stack: {driver: bridge}}
@@ -132,7 +132,18 @@ fn our_projects_and_a_submission() {
 
 #[test]
 fn a_run_passes_clean_and_names_a_container_in_trouble() {
-    let mut r = run_of("stack", &[("haproxy", 80), ("api1", 40)]);
+    // A stack run of 1,000 requests in which haproxy used 80 ms of CPU and api1 40 ms.
+    let latency_ms = Some(Trend { med: 0.4, p99: 0.9 });
+    let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
+    let mut containers = ["haproxy", "api1"].map(|service| Container {
+        service: service.into(),
+        running: true,
+        ..Container::default()
+    });
+    for (c, ms) in containers.iter_mut().zip([80, 40]) {
+        (c.after.memory_limit, c.after.cpu_ns) = (1, ms * 1_000_000);
+    }
+    let mut r = LoadRun { summary, containers: containers.into(), ..LoadRun::default() };
     let want = "requests 1000, errors 0, FP 0, FN 0, p50 0.400 ms, p99 0.900 ms, score 6000.0, haproxy 0/0 MB, api1 0/0 MB";
     assert_eq!((run_figures(&r).as_str(), r.passed()), (want, true));
     r.summary.fp = 1;

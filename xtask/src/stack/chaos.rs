@@ -251,7 +251,9 @@ mod tests {
             "FP 2 FN 0",
         ];
         assert_eq!(problems, want);
-        assert!(crate::stack::parse::<Args>("--rate 600").is_ok());
+        let cli = <Args as clap::Args>::augment_args(clap::Command::new("x"));
+        let matches = cli.try_get_matches_from(["x", "--rate", "600"]).unwrap();
+        assert!(<Args as clap::FromArgMatches>::from_arg_matches(&matches).is_ok());
     }
 
     #[test]

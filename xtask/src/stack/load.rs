@@ -275,16 +275,3 @@ pub fn run_figures(r: &LoadRun) -> String {
     let problems = if problems.is_empty() { problems } else { format!(", problems: {problems}") };
     format!("requests {n}, errors {errors}, FP {fp}, FN {fn_}, p50 {med:.3} ms, p99 {p99:.3} ms, score {score:.1}, {memory}{problems}")
 }
-
-/// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests).
-#[cfg(any(test, feature = "fixtures"))]
-pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
-    let container = |&(service, ms): &(&str, u64)| {
-        let after = Snapshot { memory_limit: 1, cpu_ns: ms * 1_000_000, ..Snapshot::default() };
-        Container { service: service.into(), after, running: true, ..Default::default() }
-    };
-    let latency_ms = Some(k6::Trend { med: 0.4, p99: 0.9 });
-    let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
-    let (containers, started) = (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
-    LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
-}
