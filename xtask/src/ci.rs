@@ -21,12 +21,8 @@ fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
     // Every target compiled once, with clippy's lints (-D warnings) on every workspace crate.
     let build = ("build", "xtask build");
     if quick {
-        return vec![
-            fmt,
-            build,
-            ("test", "workspace test --lib --bins"),
-            ("verify", "xtask verify --public"),
-        ];
+        let (test, verify) = ("workspace test --lib --bins", "xtask verify --public");
+        return vec![fmt, build, ("test", test), ("verify", verify)];
     }
     vec![
         fmt,

@@ -98,9 +98,8 @@ pub fn run(a: Args) -> Result<()> {
     log!("chaos: {} req/s for {SECONDS} s, kills {VICTIMS:?} (load {})", a.rate, s.load_start);
     let (mut kills, mut unexplained, mut summaries) = (vec![], vec![], vec![]);
     for victim in VICTIMS {
-        if let Err(e) = wait_all_up(&s.compose, Duration::from_secs(15)) {
-            s.problems.push(format!("before killing {victim}: {e:#}"));
-        }
+        let all_up = wait_all_up(&s.compose, Duration::from_secs(15));
+        s.problems.extend(all_up.err().map(|e| format!("before killing {victim}: {e:#}")));
         let (t, failed, summary) = kill(a.rate, &mut s, victim)?;
         let (failed, before) = attribute(t, failed);
         unexplained.extend(before);

@@ -4,8 +4,7 @@
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
-use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
-use super::probe::{sample, Monitor, StatRow};
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, sample, wait_ready, Monitor, StatRow};
 use super::{check, Common};
 use crate::prelude::*;
 use crate::util::Background;
@@ -74,10 +73,8 @@ impl Session {
     pub fn start(name: &str, compose: &Compose) -> Result<Session> {
         let (t, up) = (Instant::now(), Up(compose.clone()));
         let serving = compose.external.unwrap_or(wait_serving);
-        if let Err(e) = compose.up().and_then(|()| serving(compose)) {
-            log!("last log lines:\n{}", compose.log_tail());
-            return Err(e);
-        }
+        let up_and_serving = compose.up().and_then(|()| serving(compose));
+        up_and_serving.inspect_err(|_| log!("last log lines:\n{}", compose.log_tail()))?;
         log!("{} ready in {:.1} s", compose.project, t.elapsed().as_secs_f64());
         let ours = compose.external.is_none() && !compose.apis.is_empty();
         let problems = if ours { check::check(compose, true)?.problems } else { vec![] };
