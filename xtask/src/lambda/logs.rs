@@ -160,9 +160,8 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
         match line.typed::<Failure>() {
             Ok(f) if line.level == "WARN" && f.message == "request failed" => {
                 let shaped = f.field.is_some() == (f.status == 400) && !f.method.is_empty();
-                if !shaped || f.path.is_empty() {
-                    r.problems.push(format!("{f:?}: want a method, a path, a field iff 400"));
-                }
+                let shape = format!("{f:?}: want a method, a path, a field iff 400");
+                r.problems.extend((!shaped || f.path.is_empty()).then_some(shape));
                 // The line is about the failure after the `not_logged` it counts.
                 next_failure += f.not_logged as usize;
                 if failed.get(next_failure) != Some(&f.status) {

@@ -136,9 +136,7 @@ fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, 
     util::signal(pid as u32, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
-    if !status.success() {
-        s.problems.push(format!("k6 exited {status}"));
-    }
+    s.problems.extend((!status.success()).then(|| format!("k6 exited {status}")));
     Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
 

@@ -137,17 +137,13 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
     let mut problems = Vec::new();
     for (name, s) in f["services"].as_mapping().into_iter().flatten() {
         let (name, image) = (scalar(name), scalar(&s["image"]));
-        if reference(&image) != Some(true) {
-            problems
-                .push(format!("{name}: image {image:?} is not pinned by digest (name@sha256:...)"));
-        }
-        match arch(&image) {
-            Some(a) if a == "linux/amd64" => {}
-            Some(a) => problems.push(format!("{name}: image {image} is {a}, not linux/amd64")),
-            None => {
-                problems.push(format!("{name}: image {image} is not here (docker image inspect)"))
-            }
-        }
+        let unpinned = format!("{name}: image {image:?} is not pinned by digest (name@sha256:...)");
+        problems.extend((reference(&image) != Some(true)).then_some(unpinned));
+        problems.extend(match arch(&image) {
+            Some(a) if a == "linux/amd64" => None,
+            Some(a) => Some(format!("{name}: image {image} is {a}, not linux/amd64")),
+            None => Some(format!("{name}: image {image} is not here (docker image inspect)")),
+        });
     }
     Ok(problems)
 }
