@@ -61,9 +61,7 @@ pub fn run(args: Args) -> Result<()> {
                 // `sam build` of the zip package comes this way (the Makefile).
                 pkg.fits_a_zip()?;
             }
-            if let Some(dir) = artifacts_dir {
-                pkg.copy_to(&dir)?;
-            }
+            artifacts_dir.map(|dir| pkg.copy_to(&dir)).transpose()?;
             let (sha, mb, s) = (&pkg.sha256, mb(pkg.unzipped_bytes), t.elapsed().as_secs_f64());
             let figures = format!("bootstrap sha256 {sha}, {mb:.1} MB, {s:.0} s");
             util::verdict("lambda build", true, &figures, &pkg)
