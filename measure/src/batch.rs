@@ -409,10 +409,37 @@ fn figures(configs: &[Configuration], runs: &[LoadRun], md: &str, problems: &[St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xtask::stack::load::run_of;
+    use xtask::stack::k6::{Summary, Trend};
+    use xtask::stack::load::Container;
+
+    /// `A` as clap parses `argv`.
+    fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli<A: clap::Args> {
+            #[command(flatten)]
+            args: A,
+        }
+        let argv = std::iter::once("x").chain(argv.split_whitespace());
+        <Cli<A> as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+    }
+
+    /// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each.
+    fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
+        let container = |&(service, ms): &(&str, u64)| {
+            let mut c = Container { service: service.into(), running: true, ..Default::default() };
+            (c.after.memory_limit, c.after.cpu_ns) = (1, ms * 1_000_000);
+            c
+        };
+        let latency_ms = Some(Trend { med: 0.4, p99: 0.9 });
+        let summary =
+            Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Default::default() };
+        let (containers, started) =
+            (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
+        LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
+    }
 
     fn configs(line: &str) -> Result<Vec<Configuration>> {
-        Configuration::all(&stack::parse(line).unwrap())
+        Configuration::all(&parse(line).unwrap())
     }
 
     #[test]
@@ -454,7 +481,7 @@ mod tests {
     #[test]
     fn the_load_shape_is_typed() {
         let env = |argv: &str| {
-            let e = stack::parse::<Shape>(argv).unwrap().env().unwrap();
+            let e = parse::<Shape>(argv).unwrap().env().unwrap();
             util::list(e, |(k, v)| format!("{k}={}", v.rsplit('/').next().unwrap()))
         };
         let cases = [
@@ -468,7 +495,7 @@ mod tests {
         for (argv, want) in cases {
             assert_eq!(env(argv), want);
         }
-        assert!(stack::parse::<Shape>("--shape fast").is_err());
+        assert!(parse::<Shape>("--shape fast").is_err());
     }
 
     #[test]

@@ -1,17 +1,7 @@
-//! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`. Each step prints its own
-//! verdict; a failed step does not stop the later ones.
-//!
-//! Everything is compiled once: the workspace build (one profile, every feature, every target,
-//! linted by clippy as it compiles: `util::build_workspace`) serves the tests, verify and the
-//! build scripts of the shipped binaries (`util::build_shipped`: one build for the API image and
-//! the Lambda, embedding the index the workspace build packed). Only the fuzz targets, which
-//! need sanitizer flags, are a build of their own.
+//! `cargo xtask ci`: what `.ci/run` runs after `scripts/setup.sh`, each step with its verdict (a
+//! failure stops none); one linted workspace build serves all but the fuzz targets' own.
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::Serialize;
-use std::path::Path;
-use std::time::Instant;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,20 +14,15 @@ pub struct Args {
     quick: bool,
 }
 
-/// The steps, in order: cheap checks first, then the builds, then the gates that use them. A
-/// step's command is `cargo ...`, `xtask ...` (this binary again) or `workspace <command> ...`
-/// (`util::cargo_workspace`, linted: the same units as the workspace build).
+/// The steps: cheap checks, the builds, the gates on them. A step is `cargo ...`, `xtask ...` (this
+/// binary) or `workspace <command> ...` (`util::cargo_workspace`: the workspace build's units).
 fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
     let fmt = ("fmt", "cargo fmt --all -- --check");
     // Every target compiled once, with clippy's lints (-D warnings) on every workspace crate.
     let build = ("build", "xtask build");
     if quick {
-        return vec![
-            fmt,
-            build,
-            ("test", "workspace test --lib --bins"),
-            ("verify", "xtask verify --public"),
-        ];
+        let (test, verify) = ("workspace test --lib --bins", "xtask verify --public");
+        return vec![fmt, build, ("test", test), ("verify", verify)];
     }
     vec![
         fmt,
@@ -67,9 +52,8 @@ fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// A step's command, run in the workspace root (`me`: this binary). Cargo is named as a
-/// string, so that it is looked up on PATH (duct runs a one-component `Path` from the working
-/// directory).
+/// A step's command in the workspace root (`me`: this binary); cargo named as a string is looked
+/// up on PATH (duct runs a one-component `Path` from the working directory).
 fn command(line: &str, me: &Path) -> duct::Expression {
     let words: Vec<&str> = line.split(' ').collect();
     match words[0] {

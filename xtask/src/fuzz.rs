@@ -1,9 +1,6 @@
 //! `cargo xtask fuzz ci|long|build`: the cargo-fuzz targets (docs/FUZZING.md) under ASan.
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::Serialize;
-use std::time::Instant;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -84,17 +81,14 @@ pub fn run(args: Args) -> Result<()> {
         _ => 1,
     };
     let queue = std::sync::Mutex::new(targets.iter().enumerate());
-    let done = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..workers.min(targets.len()) {
-            s.spawn(|| loop {
-                let Some((i, t)) = queue.lock().unwrap().next() else { break };
-                let run = run_target(nightly, t, &args.mode);
-                done.lock().unwrap().push((i, run));
-            });
-        }
+    let work = || -> Vec<_> {
+        let next = std::iter::from_fn(|| queue.lock().unwrap().next());
+        next.map(|(i, t)| (i, run_target(nightly, t, &args.mode))).collect()
+    };
+    let mut done: Vec<_> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..workers.min(targets.len())).map(|_| s.spawn(work)).collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
     });
-    let mut done = done.into_inner().unwrap();
     done.sort_by_key(|(i, _)| *i);
     let runs = done.into_iter().map(|(_, r)| r).collect::<Result<Vec<_>>>()?;
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)

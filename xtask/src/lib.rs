@@ -1,7 +1,5 @@
-//! The fraud scorer's harness (`cargo xtask`, alias in `.cargo/config.toml`): every command logs
-//! on stderr and ends with one verdict line (`<command>: PASS|FAIL <figures>`), also kept as JSON
-//! under `<target>/xtask/`. [`util`] imports nothing of the harness; each command module only
-//! `util` and its children. The instruments CI never runs are the `measure` crate, on this API.
+//! The fraud scorer's harness (`cargo xtask`): each command logs on stderr and ends with a verdict
+//! line, also as JSON under `<target>/xtask/`. [`util`] imports nothing of the rest.
 
 pub mod ci;
 pub mod fuzz;
@@ -10,3 +8,12 @@ pub mod scale;
 pub mod stack;
 pub mod util;
 pub mod verify;
+
+/// What nearly every module uses: errors, serde's derives, paths and times, the shared helpers.
+mod prelude {
+    pub use crate::util::{self, cmd, log, root};
+    pub use anyhow::{bail, ensure, Context, Result};
+    pub use serde::{Deserialize, Serialize};
+    pub use std::path::{Path, PathBuf};
+    pub use std::time::{Duration, Instant};
+}

@@ -1,21 +1,10 @@
-//! `cargo xtask scale`: the path to reference sets other than the contest's, kept working (the
-//! CI-sized check of docs/SCALING.md). A synthetic set of a few hundred thousand references
-//! drawn the way the contest's generator draws its own is packed, embedded in `local-runner` (by
-//! the linker, the form of indexes over 256 MiB) and held exact against the labeller's brute
-//! force over the same set (vectors, the 5 neighbours and the vote of generated and adversarial
-//! queries); then shipped beside `local-runner` (the file form, beyond 1,920 MiB), which must
-//! refuse another artifact, and served: labelled payloads sent over HTTP get the labeller's
-//! answers. [`draw`], [`pack`] and [`neighbours`] are also `cargo measure scale`'s steps.
-//!
-//! It rebuilds the workspace's `local-runner` around the synthetic index (CI runs it last); the
-//! next build without `FRAUD_INDEX_ARTIFACT_IN` embeds the contest's again.
+//! `cargo xtask scale` (docs/SCALING.md, CI-sized): a synthetic set packed, embedded by the linker,
+//! held exact against the labeller, shipped beside the binary (which refuses other files), served.
+//! It rebuilds the workspace's `local-runner` around that index (CI runs it last).
 
-use crate::util::{self, cmd, log, Served};
-use anyhow::Result;
+use crate::prelude::*;
+use crate::util::Served;
 use index_pack::report::{Neighbours, Packed};
-use serde::Serialize;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -131,9 +120,8 @@ fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Builds `local-runner` in the file form and ships it with `index` beside it in a directory of
-/// its own (as a Lambda image does); checks that it refuses another file (`other`) and the same
-/// artifact with its footer changed. Returns the shipped binary.
+/// `local-runner` in the file form, shipped with `index` beside it in a directory of its own;
+/// it must refuse another file (`other`) and the artifact with its footer changed.
 fn ship_beside(index: &Path, other: &Path, r: &mut Report) -> Result<PathBuf> {
     log!("scale: the same index shipped beside local-runner (FRAUD_INDEX_EMBED=file)");
     r.file_build_s = build_local_runner(index, "file")?;

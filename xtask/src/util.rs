@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Progress for the human, on stderr.
 #[macro_export]
@@ -28,8 +28,7 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
 }
 
-/// A relative CARGO_TARGET_DIR is relative to where cargo was started; the commands run from the
-/// workspace root, so a command's `main` makes it absolute first.
+/// A relative CARGO_TARGET_DIR is relative to where cargo started: absolute before any command.
 pub fn absolute_target_dir() -> Result<()> {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
         std::env::set_var("CARGO_TARGET_DIR", std::path::absolute(dir)?);
@@ -42,8 +41,8 @@ pub fn target_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let json = cmd!("cargo", "metadata", "--format-version=1", "--no-deps").stderr_null();
-        let meta: Option<serde_json::Value> =
-            json.read().ok().and_then(|j| serde_json::from_str(&j).ok());
+        let meta =
+            json.read().ok().and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok());
         let dir = meta.and_then(|m| Some(PathBuf::from(m["target_directory"].as_str()?)));
         dir.unwrap_or_else(|| root().join("target"))
     })
@@ -56,8 +55,7 @@ pub fn xtask_dir(sub: &str) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// `program` run in the workspace root with the words of `words` (split at spaces), then each
-/// flag with its path (a path may hold a space).
+/// `program` in the workspace root with `words` (split at spaces), then each flag and its path.
 pub fn command(program: &Path, words: &str, paths: &[(&str, &Path)]) -> duct::Expression {
     let paths = paths.iter().flat_map(|(flag, p)| [flag.into(), p.into()]);
     duct::cmd(program, words.split(' ').map(OsString::from).chain(paths)).dir(root())
@@ -165,7 +163,7 @@ pub fn poll<T>(
     }
 }
 
-/// A thread that calls `tick` on its state every `every` (from the start of one call to the
+/// A thread that calls `f` on its state every `every` (from the start of one call to the
 /// next) until [`Background::stop`], which gives the state back.
 pub struct Background<S> {
     stop: Arc<AtomicBool>,
@@ -173,20 +171,16 @@ pub struct Background<S> {
 }
 
 impl<S: Send + 'static> Background<S> {
-    pub fn every(
-        every: Duration,
-        mut state: S,
-        mut tick: impl FnMut(&mut S) + Send + 'static,
-    ) -> Self {
+    pub fn every(every: Duration, mut s: S, mut f: impl FnMut(&mut S) + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let asked = stop.clone();
         let thread = std::thread::spawn(move || {
             while !asked.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                tick(&mut state);
+                f(&mut s);
                 std::thread::sleep(every.saturating_sub(t.elapsed()));
             }
-            state
+            s
         });
         Background { stop, thread }
     }
@@ -262,33 +256,26 @@ pub const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 /// The cargo profile of every build of the harness (Cargo.toml's `[profile.ci]`, which says why).
 pub const PROFILE: &str = "ci";
 
-/// RUSTFLAGS of the shipped binaries (the API image's `local-runner`, the Lambda `bootstrap`),
-/// built for [`TRIPLE`] in [`PROFILE`]: the contest CPU (Haswell: AVX2, FMA; Lambda's x86_64
-/// hosts have them too), static glibc (provided.al2023's is older than the build host's, the
-/// image is `FROM scratch`), stripped, and the release profile's whole-program code generation.
+/// RUSTFLAGS of the shipped binaries: the contest CPU (Haswell; Lambda's x86_64 too), static glibc
+/// (provided.al2023's is older, the image is `FROM scratch`), release's whole-program codegen.
 pub const SHIPPED_RUSTFLAGS: &str = "-C target-cpu=haswell -C target-feature=+crt-static \
     -C lto=fat -C embed-bitcode=yes -C codegen-units=1 -C strip=symbols";
 
-/// clippy as it compiles: `RUSTC_WORKSPACE_WRAPPER=clippy-driver` runs clippy's lints on every
-/// workspace crate of a real build, failing on any (`-D warnings`, passed the way `cargo clippy
-/// -- -D warnings` passes it), so the build that the tests run is also the lint, and no separate
-/// `cargo clippy` compiles everything a second time (checked by
-/// `the_lint_wrapper_fails_a_build_on_a_lint`).
+/// clippy's lints (`-D warnings`) on every workspace crate of a real build: the build the tests
+/// run is the lint, with no second compilation by `cargo clippy`.
 fn linted(e: duct::Expression) -> duct::Expression {
     e.env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
         .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 }
 
-/// `cargo <command> --profile ci --workspace --all-features <extra>`, linted: every build of the
-/// harness resolves the workspace's features the same way, so each unit is compiled once and
-/// reused by every later command (tests, verify, the shipped binaries' build scripts).
+/// `cargo <command> --profile ci --workspace --all-features <extra>`, linted: every build resolves
+/// the features alike, so each unit is compiled once and reused by every later command.
 pub fn cargo_workspace(command: &str, extra: &[&str]) -> duct::Expression {
     let args = [&[command, "--profile", PROFILE, "--workspace", "--all-features"], extra].concat();
     linted(duct::cmd("cargo", args).dir(root()))
 }
 
-/// Builds every target of the workspace (the tests' binaries, the benches, the examples):
-/// what CI and the quick check build once.
+/// Every target of the workspace (tests, benches, examples): what CI builds once.
 pub fn build_workspace() -> Result<()> {
     run(&cargo_workspace("build", &["--all-targets"]))
 }
@@ -309,17 +296,31 @@ pub struct Shipped {
 }
 
 impl Shipped {
-    /// Where the shipped build puts its binaries (as they are: nothing is built).
+    /// The shipped build's binaries (none built) and their index: `FRAUD_INDEX_ARTIFACT_IN`, else
+    /// the workspace build's copied to a fixed path with its mtime (an unchanged build input).
     pub fn last() -> Result<Shipped> {
         let dir = target_dir().join(TRIPLE).join(PROFILE);
         let (local_runner, bootstrap) = (dir.join("local-runner"), dir.join("bootstrap"));
-        Ok(Shipped { local_runner, bootstrap, index: shipped_index()? })
+        let given = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN").map(PathBuf::from);
+        let packed = newest_index_artifact(&target_dir().join(PROFILE).join("build"));
+        let index = match (given, packed) {
+            (Some(given), _) => Some(given),
+            (None, Some(packed)) => {
+                let copy = target_dir().join("ci-index.idx");
+                let modified = std::fs::metadata(&packed)?.modified()?;
+                if std::fs::metadata(&copy).and_then(|m| m.modified()).ok() != Some(modified) {
+                    copy_atomically(&packed, &copy, Some(modified))?;
+                }
+                Some(copy)
+            }
+            (None, None) => None,
+        };
+        Ok(Shipped { local_runner, bootstrap, index })
     }
 }
 
-/// Builds the shipped binaries (cargo does nothing when they are current). The index the
-/// workspace build packed is embedded as it is (checked in full by the build script) instead of
-/// packing 3M references again; without a workspace build the build script packs it.
+/// Builds the shipped binaries (cargo does nothing when they are current), embedding the index of
+/// [`Shipped::last`] as it is (checked in full by the build script) rather than packing 3M again.
 pub fn build_shipped() -> Result<Shipped> {
     let args = ["build", "--profile", PROFILE, "--target", TRIPLE, "--features", "function/lambda"];
     let bins =
@@ -339,33 +340,9 @@ pub fn build_shipped() -> Result<Shipped> {
     Ok(shipped)
 }
 
-/// The index the shipped binaries embed: `FRAUD_INDEX_ARTIFACT_IN` if given, else the workspace
-/// build's packed index copied to a fixed path with its modification time, so that the shipped
-/// build's input (a path and its mtime) stays the same from run to run; `None` when neither
-/// exists (their build script packs one).
-pub fn shipped_index() -> Result<Option<PathBuf>> {
-    if let Some(given) = std::env::var_os("FRAUD_INDEX_ARTIFACT_IN") {
-        return Ok(Some(PathBuf::from(given)));
-    }
-    let Some(packed) = newest_index_artifact(&target_dir().join(PROFILE).join("build")) else {
-        return Ok(None);
-    };
-    let copy = target_dir().join("ci-index.idx");
-    let modified = std::fs::metadata(&packed)?.modified()?;
-    if std::fs::metadata(&copy).and_then(|m| m.modified()).ok() != Some(modified) {
-        copy_atomically(&packed, &copy, Some(modified))?;
-    }
-    Ok(Some(copy))
-}
-
-/// Copies `from` to a new file beside `to`, optionally dated `modified`, then renames it over
-/// `to`: an artifact may be mapped by a running binary (the file form), and a rename leaves the
-/// mapped file as it was where a copy over it would change its bytes under the reader.
-pub fn copy_atomically(
-    from: &Path,
-    to: &Path,
-    modified: Option<std::time::SystemTime>,
-) -> Result<()> {
+/// Copies `from` beside `to`, optionally dated `modified`, and renames it over `to`: a binary may
+/// map `to` (the file form), and a rename leaves its bytes as they were where a copy would not.
+pub fn copy_atomically(from: &Path, to: &Path, modified: Option<SystemTime>) -> Result<()> {
     let tmp = PathBuf::from(format!("{}.tmp.{}", to.display(), std::process::id()));
     std::fs::copy(from, &tmp)
         .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;
@@ -376,35 +353,24 @@ pub fn copy_atomically(
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
 }
 
-/// Ships `artifact` into `dir` under the name a binary built with it in the file form maps
-/// (`index_pack::embed::FILE_NAME`): a copy of its own, never a link (the artifact may be
-/// rewritten, by renaming, while a binary maps the copy), checked in full.
+/// Ships a copy of `artifact` into `dir` as the file form maps it, checked in full (`verify_deep`)
+/// and against `artifact`'s length and footer (what the binary compares at start).
 pub fn ship_index(artifact: &Path, dir: &Path) -> Result<PathBuf> {
-    let to = dir.join(index_pack::embed::FILE_NAME);
-    copy_atomically(artifact, &to, None)?;
-    verify_shipped_index(&to, artifact)?;
-    Ok(to)
-}
-
-/// Reads the artifact file about to be shipped and checks it as the build script checks what it
-/// embeds (`format::verify_deep`: CRC32, every value and box), and that it is `built` byte for
-/// byte in length and footer (what the binary compares at start).
-pub fn verify_shipped_index(shipped: &Path, built: &Path) -> Result<()> {
     use index_pack::format::{self, FOOTER_LEN};
     use std::io::{Read, Seek, SeekFrom};
+    let to = dir.join(index_pack::embed::FILE_NAME);
+    copy_atomically(artifact, &to, None)?;
     let mut bytes = format::aligned_copy(&[]);
-    let mut file =
-        std::fs::File::open(shipped).with_context(|| format!("no {}", shipped.display()))?;
-    std::io::copy(&mut file, &mut bytes)?;
+    std::io::copy(&mut std::fs::File::open(&to)?, &mut bytes)?;
     format::verify_deep(&bytes)
-        .with_context(|| format!("{} is not a valid index", shipped.display()))?;
-    let (mut built_file, mut footer) = (std::fs::File::open(built)?, [0u8; FOOTER_LEN]);
-    built_file.seek(SeekFrom::End(-(FOOTER_LEN as i64)))?;
-    built_file.read_exact(&mut footer)?;
-    let same = built_file.metadata()?.len() == bytes.len() as u64 && bytes.ends_with(&footer);
-    let (s, b) = (shipped.display(), built.display());
+        .with_context(|| format!("{} is not a valid index", to.display()))?;
+    let (mut built, mut footer) = (std::fs::File::open(artifact)?, [0u8; FOOTER_LEN]);
+    built.seek(SeekFrom::End(-(FOOTER_LEN as i64)))?;
+    built.read_exact(&mut footer)?;
+    let same = built.metadata()?.len() == bytes.len() as u64 && bytes.ends_with(&footer);
+    let (s, b) = (to.display(), artifact.display());
     ensure!(same, "{s} is not the artifact the binary was built with ({b})");
-    Ok(())
+    Ok(to)
 }
 
 /// The newest index `function`'s build script packed below `build`.
@@ -443,6 +409,9 @@ pub struct ScratchImage(BTreeMap<String, Node>);
 
 impl ScratchImage {
     fn add(&mut self, path: &str, node: Node) -> &mut Self {
+        for a in Path::new(path).ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
+            self.0.entry(a.to_string_lossy().into()).or_insert(Node::Dir(0o755));
+        }
         self.0.insert(path.into(), node);
         self
     }
@@ -459,13 +428,7 @@ impl ScratchImage {
         self.add(path, Node::Link(target.into()))
     }
 
-    pub fn write(&mut self, path: &Path) -> Result<()> {
-        let keys: Vec<String> = self.0.keys().cloned().collect();
-        for a in keys.iter().flat_map(|k| Path::new(k).ancestors().skip(1)) {
-            if !a.as_os_str().is_empty() {
-                self.0.entry(a.to_string_lossy().into()).or_insert(Node::Dir(0o755));
-            }
-        }
+    pub fn write(&self, path: &Path) -> Result<()> {
         std::fs::create_dir_all(path.parent().context("no parent")?)?;
         let mut tar = tar::Builder::new(std::fs::File::create(path)?);
         for (name, node) in &self.0 {
@@ -515,8 +478,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Sends the request to `local-runner serve` at `base` and checks that the answer is the
-    /// expected one (a failure says what came instead).
+    /// Sends the request to `local-runner serve` at `base`; a wrong answer says what came instead.
     pub fn score(&self, agent: &ureq::Agent, base: &str) -> Result<(), String> {
         let post = agent.post(format!("{base}/fraud-score")).content_type("application/json");
         let mut r = post.send(self.request.get()).map_err(|e| e.to_string())?;
@@ -552,9 +514,8 @@ pub fn entries_of(path: &Path) -> Result<Vec<Entry>> {
         entries: Vec<Entry>,
     }
     let file = std::fs::File::open(path).with_context(|| format!("no {}", path.display()))?;
-    let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut text)?;
-    Ok(serde_json::from_slice::<TestFile>(&text)?.entries)
+    let text = std::io::read_to_string(flate2::read::GzDecoder::new(file))?;
+    Ok(serde_json::from_str::<TestFile>(&text)?.entries)
 }
 
 pub fn spread(len: usize, n: usize) -> Vec<usize> {
@@ -597,68 +558,13 @@ pub fn list<T>(it: impl IntoIterator<Item = T>, f: impl FnMut(T) -> String) -> S
     it.into_iter().map(f).collect::<Vec<_>>().join(", ")
 }
 
-/// A scratch path of this test process under the system's temporary directory.
-#[cfg(test)]
-pub fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn statistics_dates_and_spreads() {
-        assert!(Quantiles::of(vec![]).p50.is_nan());
-        let q = Quantiles::of((1..=200).map(f64::from).rev().collect());
-        assert_eq!((q.n, q.p50, q.p99, q.max), (200, 101.0, 199.0, 200.0));
-        let (s, d) = (stamp(), date());
-        assert_eq!((s.len(), &s[8..9], &s[15..], d.len()), (16, "T", "Z", 10));
-        assert!(s.starts_with(&d.replace('-', "")));
-        assert_eq!((spread(10, 3), spread(2, 5)), (vec![0, 3, 6], vec![0, 1]));
-        assert_eq!(list([1, 2], |n| format!("#{n}")), "#1, #2");
-        assert_eq!(problems_suffix(&[]), "");
-        assert_eq!(problems_suffix(&["a".into(), "b".into()]), "; problems: a; b");
-        let status = "Name:\tx\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\n";
-        assert_eq!([status_kb(status, "VmHWM"), status_kb(status, "RssFile")], [Some(93824), None]);
-    }
-
-    #[test]
-    fn polling_and_background_threads() {
-        let mut n = 0;
-        let v = poll("x", Duration::from_secs(60), Duration::ZERO, || {
-            n += 1;
-            Ok(if n == 3 { Ok(n) } else { Err(format!("try {n}")) })
-        });
-        assert_eq!(v.unwrap(), 3);
-        let e = poll::<()>("svc", Duration::ZERO, Duration::ZERO, || Ok(Err("503".into())));
-        assert!(e.unwrap_err().to_string().contains("svc: not within 0ns (last: 503)"));
-        assert!(poll::<()>("x", Duration::MAX, Duration::ZERO, || bail!("gone")).is_err());
-        let counter = Background::every(Duration::from_millis(1), 0, |n| *n += 1);
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(counter.stop() > 2);
-    }
-
-    #[test]
-    fn answers_are_judged() {
-        let e: Entry = serde_json::from_str(
-            r#"{"request":{"id":"x"},"expected_approved":false,"expected_fraud_score":0.6}"#,
-        )
-        .unwrap();
-        assert!(e.judge(200, r#"{"approved":false,"fraud_score":0.6}"#).is_ok());
-        let wrong = e.judge(200, r#"{"approved":true,"fraud_score":0.0}"#).unwrap_err();
-        assert!(
-            wrong.starts_with("wrong answer") && wrong.ends_with(r#"for {"id":"x"}"#),
-            "{wrong}"
-        );
-        assert!(e.judge(200, "{").is_err());
-        assert_eq!(e.judge(503, "busy").unwrap_err(), "HTTP 503: busy");
-    }
-
-    /// The lint of the workspace build: clippy's lints fail a real build, and a clean one builds.
-    #[test]
     fn the_lint_wrapper_fails_a_build_on_a_lint() {
-        let dir = scratch("lint");
+        let dir = std::env::temp_dir().join(format!("xtask-lint-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("src")).unwrap();
         let manifest =
             "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n";
@@ -679,56 +585,5 @@ mod tests {
             .status
             .success());
         std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn the_newest_artifact_of_function() {
-        let dir = scratch("util");
-        for f in ["function-a/out", "function-b/out", "other-c/out"] {
-            std::fs::create_dir_all(dir.join(f)).unwrap();
-        }
-        assert_eq!(newest_index_artifact(&dir), None);
-        std::fs::write(dir.join("function-b/out/fraud-index.idx"), "x").unwrap();
-        std::fs::write(dir.join("other-c/out/fraud-index.idx"), "x").unwrap();
-        assert!(newest_index_artifact(&dir).unwrap().ends_with("function-b/out/fraud-index.idx"));
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn a_root_file_system_is_sorted_with_its_parents() {
-        let path = scratch("rootfs.tar");
-        let mut fs = ScratchImage::default();
-        fs.text("usr/local/etc/x.cfg", "a").dir("tmp", 0o1777).link("usr/lib64", "../lib64");
-        fs.file("bin/me", &root().join("Cargo.toml"), 0o755).write(&path).unwrap();
-        let mut archive = tar::Archive::new(std::fs::File::open(&path).unwrap());
-        let entry = |e: tar::Entry<_>| {
-            (e.path().unwrap().display().to_string(), e.header().mode().unwrap(), e.size())
-        };
-        let entries: Vec<(String, u32, u64)> =
-            archive.entries().unwrap().map(|e| entry(e.unwrap())).collect();
-        let names: Vec<&str> = entries.iter().map(|(n, ..)| n.trim_end_matches('/')).collect();
-        assert_eq!(
-            names.join(" "),
-            "bin bin/me tmp usr usr/lib64 usr/local usr/local/etc usr/local/etc/x.cfg"
-        );
-        let size = root().join("Cargo.toml").metadata().unwrap().len();
-        let got = (entries[1].1, entries[1].2, entries[2].1, entries[7].2);
-        assert_eq!(got, (0o755, size, 0o1777, 1));
-        std::fs::remove_file(path).unwrap();
-    }
-
-    #[test]
-    fn logs_json_and_the_test_binary() {
-        let log = scratch("log.txt");
-        run(&to_log(duct::cmd!("sh", "-c", "echo out; echo err >&2"), &log)).unwrap();
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
-        std::fs::remove_file(log).unwrap();
-        assert_eq!(last_json::<serde_json::Value>("progress\n{\"a\": 7}", "x").unwrap()["a"], 7);
-        assert!(last_json::<u32>("", "x").is_err() && last_json::<u32>("{}", "x").is_err());
-        let me = std::env::current_exe().unwrap();
-        let why = check_static_x86_64(&me).map_or_else(|e| e.to_string(), |_| "static".into());
-        assert!(why == "static" || why.contains("dynamically linked"), "{why}");
-        assert!(check_static_x86_64(&root().join("Cargo.toml")).is_err());
-        assert_eq!(test_entries().unwrap().len(), 54_100);
     }
 }

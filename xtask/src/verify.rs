@@ -1,14 +1,9 @@
-//! `cargo xtask verify`: every public and final-shape answer exact through the handler, vectors
-//! and the 5 nearest references equal to the `labeller` crate's (the contest's brute force, no
-//! code shared), and the recorded hostile answers current. `--public` keeps only the first part
-//! on the public set (the quick check's).
+//! `cargo xtask verify`: every public and final-shape answer exact, vectors and 5 nearest equal to
+//! the `labeller` crate's, the recorded hostile answers current (`--public`: the public answers).
 
-use crate::util::{self, cmd, log, TEST_SET};
-use anyhow::Result;
+use crate::prelude::*;
+use crate::util::TEST_SET;
 use index_pack::report::{Answers, Neighbours};
-use serde::Serialize;
-use std::path::Path;
-use std::time::Instant;
 
 const PUBLIC: u64 = 54_100;
 const FINAL: (&str, u64) = ("tests/data/final-test-data.csv.gz", 72_100);

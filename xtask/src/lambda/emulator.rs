@@ -2,13 +2,9 @@
 
 use super::events::Answer;
 use super::logs::Log;
-use crate::util::{self, log};
-use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use std::ffi::OsString;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
@@ -41,10 +37,9 @@ pub fn session(
     let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
     let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
     let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
-    let (api_s, runtime_s) = (api.to_string(), runtime_api.to_string());
     let flags =
-        ["--runtime-interface-emulator-address", &api_s, "--runtime-api-address", &runtime_s];
-    let e = duct::cmd(rie, flags.map(OsString::from).into_iter().chain([entry.into()]));
+        format!("--runtime-interface-emulator-address {api} --runtime-api-address {runtime_api}");
+    let e = duct::cmd(rie, flags.split(' ').map(OsString::from).chain([entry.into()]));
     let child = util::to_log(e.dir(package_dir).stdin_null(), &log)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
         .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
@@ -119,9 +114,7 @@ impl Drop for Emulator {
             let gone = util::poll("the CPU group", limit, every, || {
                 Ok(std::fs::remove_dir(&cg).map_err(|e| e.to_string()))
             });
-            if let Err(e) = gone {
-                log!("cannot remove {}: {e:#}", cg.display());
-            }
+            gone.unwrap_or_else(|e| log!("cannot remove {}: {e:#}", cg.display()));
         }
     }
 }

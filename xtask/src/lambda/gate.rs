@@ -5,11 +5,8 @@ use super::events::{self, Case};
 use super::logs::{self, Init};
 use super::package::{self, Package};
 use super::sam::{self, Tools};
-use crate::util::{self, log, mb, Quantiles};
-use anyhow::Result;
-use serde::Serialize;
-use std::path::PathBuf;
-use std::time::Instant;
+use crate::prelude::*;
+use crate::util::{mb, Quantiles};
 
 #[derive(clap::Args)]
 pub struct CiArgs {
@@ -96,10 +93,8 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
 }
 
 fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
-    let mut sent = vec![events::ready("apigw-v2")?];
-    for case in events::cases()? {
-        sent.push((events::read_event(&case.event)?, case));
-    }
+    let cases = events::cases()?.into_iter().map(|c| Ok((events::read_event(&c.event)?, c)));
+    let mut sent = [vec![events::ready("apigw-v2")?], cases.collect::<Result<_>>()?].concat();
     let events = sent.len() - 1;
     sent.extend(events::replay(n, true, |k| k)?);
     let log = util::xtask_dir("lambda")?.join("rie.log");

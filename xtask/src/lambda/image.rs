@@ -1,19 +1,13 @@
-//! The container-image form of the Lambda (docs/LAMBDA.md, "Packaging by size"): a zip package
-//! holds at most 250 MB unzipped, so an index over about 7M references ships as an image
-//! instead (up to 10 GB). `template-image.yaml` is `template.yaml` with the function as an image
-//! built from `docker/lambda-image/Dockerfile` around the same shipped bootstrap; it is written
-//! from `template.yaml` by `cargo xtask lambda image-template`, and a test holds the committed
-//! file to that.
+//! The Lambda as a container image, for an index past a zip's 250 MB (docs/LAMBDA.md, "Packaging
+//! by size"): `template-image.yaml`, written from `template.yaml` (a test holds it to that).
 
-use crate::util::root;
-use anyhow::{Context, Result};
+use crate::prelude::*;
 
 /// The image form's template, beside `template.yaml`.
 pub const TEMPLATE: &str = "template-image.yaml";
 
-/// `template.yaml` with the function packaged as an image (its other resources, parameters,
-/// defaults and comments unchanged): the function's build metadata and its zip-only properties
-/// are replaced, line by line, so that the two files cannot drift apart.
+/// `template.yaml` with the function packaged as an image: its build metadata and zip-only
+/// properties replaced line by line, all else unchanged, so that the two cannot drift apart.
 pub fn from_zip_template(zip: &str) -> Result<String> {
     let lines: Vec<&str> = zip.lines().collect();
     let at = |line: &str, from: usize| {
@@ -44,34 +38,4 @@ pub fn from_zip_template(zip: &str) -> Result<String> {
         lines[properties + 1..].iter().filter(|l| !zip_only.iter().any(|z| l.starts_with(z)));
     out.extend(rest.map(|l| l.to_string()));
     Ok(out.join("\n") + "\n")
-}
-
-/// Writes the image form's template from `template.yaml`.
-pub fn write_template() -> Result<()> {
-    let zip = std::fs::read_to_string(root().join("template.yaml"))?;
-    std::fs::write(root().join(TEMPLATE), from_zip_template(&zip)?)?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_image_template_is_the_zip_template_with_an_image_function() {
-        let zip = std::fs::read_to_string(root().join("template.yaml")).unwrap();
-        let committed = std::fs::read_to_string(root().join(TEMPLATE)).unwrap();
-        let written = from_zip_template(&zip).unwrap();
-        assert!(
-            committed == written,
-            "{TEMPLATE} is stale: run `cargo xtask lambda image-template`"
-        );
-        let t: yaml_serde::Value = yaml_serde::from_str(&committed).unwrap();
-        let f = &t["Resources"][super::super::sam::FUNCTION];
-        assert_eq!(f["Properties"]["PackageType"], "Image");
-        assert!(
-            f["Properties"].get("CodeUri").is_none() && f["Properties"].get("Runtime").is_none()
-        );
-        assert_eq!(f["Metadata"]["Dockerfile"], "Dockerfile");
-    }
 }

@@ -9,10 +9,8 @@ pub mod package;
 mod preflight;
 pub mod sam;
 
-use crate::util::{self, log, mb};
-use anyhow::Result;
-use std::path::PathBuf;
-use std::time::Instant;
+use crate::prelude::*;
+use crate::util::mb;
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -46,14 +44,15 @@ pub fn run(args: Args) -> Result<()> {
     match args.command {
         None => gate::run(args.ci),
         Some(Command::ImageTemplate) => {
-            image::write_template()?;
+            let zip = std::fs::read_to_string(root().join("template.yaml"))?;
+            std::fs::write(root().join(image::TEMPLATE), image::from_zip_template(&zip)?)?;
             util::verdict("lambda image-template", true, image::TEMPLATE, &image::TEMPLATE)
         }
         Some(Command::Build { artifacts_dir, image }) => {
             let t = Instant::now();
             let pkg = package::build(false)?;
             if image {
-                let dockerfile = util::root().join("docker/lambda-image/Dockerfile");
+                let dockerfile = root().join("docker/lambda-image/Dockerfile");
                 std::fs::copy(dockerfile, pkg.dir.parent().unwrap_or(&pkg.dir).join("Dockerfile"))?;
                 if let Some(hint) = package::parameters_for(pkg.unzipped_bytes) {
                     log!("for this index deploy with --parameter-overrides {hint} (docs/LAMBDA.md, \"Packaging by size\")");
@@ -62,9 +61,7 @@ pub fn run(args: Args) -> Result<()> {
                 // `sam build` of the zip package comes this way (the Makefile).
                 pkg.fits_a_zip()?;
             }
-            if let Some(dir) = artifacts_dir {
-                pkg.copy_to(&dir)?;
-            }
+            artifacts_dir.map(|dir| pkg.copy_to(&dir)).transpose()?;
             let (sha, mb, s) = (&pkg.sha256, mb(pkg.unzipped_bytes), t.elapsed().as_secs_f64());
             let figures = format!("bootstrap sha256 {sha}, {mb:.1} MB, {s:.0} s");
             util::verdict("lambda build", true, &figures, &pkg)

@@ -1,13 +1,9 @@
-//! The Lambda package: the shipped `bootstrap` (`util::build_shipped`, the build the image's
-//! binary comes from too) in a zip, within Lambda's limits for a zip package. A bootstrap built
-//! in the file form (`index_pack::embed`, an index over 1,920 MiB) has its index beside it in
-//! the package directory, which only an image can ship.
+//! The Lambda package: the shipped `bootstrap` in a zip within Lambda's limits; in the file form
+//! (`index_pack::embed`, over 1,920 MiB) with its index beside it, which only an image ships.
 
-use crate::util::{self, log, TRIPLE};
-use anyhow::{ensure, Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
+use crate::util::TRIPLE;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
 /// Lambda's limit for a zip package, unzipped (the API refuses more than 262,144,000 bytes).
@@ -15,8 +11,7 @@ pub const LIMIT_UNZIPPED: u64 = 262_144_000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Package {
-    /// The directory the emulator runs and the image copies: `bootstrap`, and in the file form
-    /// the index beside it.
+    /// What the emulator runs and the image copies: `bootstrap` (and in the file form its index).
     pub dir: PathBuf,
     pub bootstrap: PathBuf,
     pub zip: PathBuf,
@@ -60,10 +55,8 @@ impl Package {
     }
 }
 
-/// The template parameters docs/LAMBDA.md gives for a package of `bytes` when the defaults
-/// (512 MB, the index prefaulted during init) do not suit it: memory for the whole index plus
-/// 64 MB, rounded up to 128 MB; past 1 GB the index left lazy, since its read would take much
-/// of the 10 s init (and all of an invocation's timeout under `sam local invoke`).
+/// docs/LAMBDA.md's parameters for a package the defaults (512 MB, prefaulted) do not suit: the
+/// index + 64 MB in 128 MB steps; past 1 GB lazy (its read would take much of the 10 s init).
 pub fn parameters_for(bytes: u64) -> Option<String> {
     const MB: u64 = 1 << 20;
     let memory = (bytes / MB + 64).next_multiple_of(128).max(512);
@@ -80,17 +73,13 @@ pub fn build(skip_build: bool) -> Result<Package> {
         util::newest_index_artifact(&build).context("no index artifact packed")
     };
     let index_artifact = built.index.map_or_else(packed_here, Ok)?;
-    assemble(&built.bootstrap, index_artifact)
-}
-
-fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
-    util::check_static_x86_64(built).context("the static flags did not apply")?;
+    util::check_static_x86_64(&built.bootstrap).context("the static flags did not apply")?;
     let package_dir = util::target_dir().join("lambda-package");
     let dir = package_dir.join("bootstrap");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let bootstrap = dir.join("bootstrap");
-    std::fs::copy(built, &bootstrap)?;
+    std::fs::copy(&built.bootstrap, &bootstrap)?;
     let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
     let zip = package_dir.join("bootstrap.zip");
     let _ = std::fs::remove_file(&zip);
@@ -111,7 +100,6 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
     };
     let unzipped_bytes = len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?;
     let sha256 = util::sha256_file(&bootstrap)?;
-    let (index, beside) = (index_artifact, index_beside);
     Ok(Package {
         dir,
         bootstrap,
@@ -119,33 +107,7 @@ fn assemble(built: &Path, index_artifact: PathBuf) -> Result<Package> {
         sha256,
         zipped_bytes,
         unzipped_bytes,
-        index_artifact: index,
-        index_beside: beside,
+        index_artifact,
+        index_beside,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_large_package_gets_the_memory_and_residency_of_its_size() {
-        let memory = |m, prefault| Some(format!("FunctionMemoryMB={m} PrefaultIndex={prefault}"));
-        for (bytes, want) in
-            [(96 << 20, None), (912_109_912, memory(1024, 1)), (3_028_013_216, memory(3072, 0))]
-        {
-            assert_eq!(parameters_for(bytes), want);
-        }
-    }
-
-    #[test]
-    fn a_package_over_the_zip_limit_names_the_image_path() {
-        let fits = Package { unzipped_bytes: LIMIT_UNZIPPED, ..Package::default() };
-        assert!(fits.fits_a_zip().is_ok());
-        let over = Package { unzipped_bytes: LIMIT_UNZIPPED + 1, ..Package::default() };
-        let why = over.fits_a_zip().unwrap_err().to_string();
-        assert!(why.contains("over Lambda's 250 MiB (262144000 bytes) limit"), "{why}");
-        assert!(why.contains("cargo xtask lambda build --image"), "{why}");
-        assert!(why.contains("sam build --template template-image.yaml"), "{why}");
-    }
 }

@@ -1,8 +1,6 @@
 //! `cargo xtask lambda preflight`: the `ReservedConcurrency` the account allows (100 stay free).
 
-use crate::util::{self, log};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use crate::prelude::*;
 
 #[derive(Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "PascalCase")]
@@ -45,14 +43,11 @@ pub fn run() -> Result<()> {
     }
     log!("asking the account: {BY_HAND}");
     let json = util::read(&aws(&["lambda", "get-account-settings", "--output", "json"]))?;
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct Settings {
-        account_limit: Limit,
-    }
-    let s: Settings = serde_json::from_str(&json).context("get-account-settings")?;
-    let (_, figures) = advice(&s.account_limit);
-    util::verdict("lambda preflight", true, &figures, &s.account_limit)
+    let settings: serde_json::Value =
+        serde_json::from_str(&json).context("get-account-settings")?;
+    let limit: Limit =
+        serde_json::from_value(settings["AccountLimit"].clone()).context("get-account-settings")?;
+    util::verdict("lambda preflight", true, &advice(&limit).1, &limit)
 }
 
 #[cfg(test)]

@@ -1,13 +1,10 @@
 //! AWS SAM CLI in a venv (`LAMBDA_VENV`; it brings cfn-lint and the emulator), template.yaml.
 
 use super::emulator::Settings;
-use crate::util::{self, root};
-use anyhow::{bail, ensure, Context, Result};
-use std::path::PathBuf;
+use crate::prelude::*;
 use yaml_serde::Value;
 
-/// The version the emulator figures and the template checks were taken with (scripts/setup.sh
-/// installs it).
+/// The version the emulator figures and the template checks were taken with (scripts/setup.sh's).
 const SAM_CLI_VERSION: &str = "1.170.0";
 
 /// The function's logical id in template.yaml (and the Makefile's target).
@@ -61,14 +58,10 @@ impl Tools {
     }
 }
 
-fn template() -> Result<Value> {
-    let text = std::fs::read_to_string(root().join("template.yaml"))?;
-    yaml_serde::from_str(&text).context("template.yaml")
-}
-
 /// template.yaml's parameter defaults that the emulator reproduces (memory, timeout, prefault).
 pub fn defaults() -> Result<Settings> {
-    let t = template()?;
+    let text = std::fs::read_to_string(root().join("template.yaml"))?;
+    let t: Value = yaml_serde::from_str(&text).context("template.yaml")?;
     let get = |name: &str| -> Result<String> {
         Ok(match &t["Parameters"][name]["Default"] {
             Value::Null => bail!("template.yaml: no default for parameter {name}"),
@@ -82,80 +75,4 @@ pub fn defaults() -> Result<Settings> {
         prefault: get("PrefaultIndex")? == "1",
         cpus: None,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The value at a dotted path (a number indexes a sequence), as YAML text.
-    fn at(t: &Value, path: &str) -> String {
-        let v = path.split('.').fold(t, |v, k| k.parse::<usize>().map_or(&v[k], |i| &v[i]));
-        yaml_serde::to_string(v).unwrap()
-    }
-
-    #[test]
-    fn the_template_keeps_its_defaults_role_and_one_bounded_endpoint() {
-        let d = defaults().unwrap();
-        assert!(d.memory_mb >= 128 && d.timeout_s >= 1 && d.cpus.is_none(), "{d:?}");
-        let t = template().unwrap();
-        let r = t["Resources"].as_mapping().unwrap();
-        let of_type = |kind: &str| r.iter().filter(|(_, v)| v["Type"] == kind).count();
-        let conditional = |cond: &str| r.iter().filter(|(_, v)| v["Condition"] == cond).count();
-        assert_eq!((of_type("AWS::IAM::Role"), of_type("AWS::Lambda::Url")), (1, 1));
-        assert_eq!(["WithHttpApi", "WithAlarms", "PublicUrl"].map(conditional), [6, 3, 2]);
-        // Everything that makes a second endpoint or invokes the function from elsewhere is
-        // behind a condition; the Function URL is the only unconditional endpoint.
-        for (_, v) in r.iter() {
-            let kind = v["Type"].as_str().unwrap();
-            let gated = kind.starts_with("AWS::ApiGateway") || kind == "AWS::Lambda::Permission";
-            assert!(!gated || v.get("Condition").is_some(), "{v:?}");
-        }
-        let (f, role, stage) = (
-            "Resources.FraudScoreFunction.Properties",
-            "Resources.FraudScoreRole.Properties",
-            "Resources.FraudScoreHttpApiStage.Properties.DefaultRouteSettings",
-        );
-        let statement = format!("{role}.Policies.0.PolicyDocument.Statement");
-        // (path, what its YAML text holds): the role may only write its own log streams (no
-        // managed policy; !GetAtt FraudScoreLogGroup.Arn), the function uses it (SAM would
-        // otherwise make its own) and has no event of its own.
-        let holds = [
-            (format!("{f}.Role"), "FraudScoreRole.Arn"),
-            (format!("{f}.LoggingConfig.LogGroup"), "FraudScoreLogGroup"),
-            (format!("{f}.LoggingConfig.LogFormat"), "JSON"),
-            // Deployed with its defaults, the function is never public and uncapped at once: a
-            // flood of an unauthenticated URL could otherwise take every unreserved execution
-            // environment of the account (docs/LAMBDA.md, "What a flood costs"). Its
-            // ReservedConcurrency default -1 is AWS::NoValue: no reservation (an account of 10
-            // allows none), nothing the account must leave free.
-            ("Parameters.FunctionUrlAuthType.Default".into(), "AWS_IAM"),
-            ("Parameters.ReservedConcurrency.Default".into(), "-1"),
-            (
-                "Conditions.HasReservedConcurrency".into(),
-                "!Not\n- !Equals\n  - !Ref ReservedConcurrency\n  - -1\n",
-            ),
-            (
-                format!("{f}.ReservedConcurrentExecutions"),
-                "!If\n- HasReservedConcurrency\n- !Ref ReservedConcurrency\n- !Ref AWS::NoValue\n",
-            ),
-            (format!("{f}.Events"), "null"),
-            (format!("{f}.FunctionUrlConfig"), "null"),
-            (format!("{role}.ManagedPolicyArns"), "null"),
-            (format!("{role}.Policies.1"), "null"),
-            (format!("{statement}.1"), "null"),
-            (format!("{statement}.0.Effect"), "Allow"),
-            (format!("{statement}.0.Action"), "- logs:CreateLogStream\n- logs:PutLogEvents\n"),
-            (format!("{statement}.0.Resource"), "FraudScoreLogGroup.Arn"),
-            (format!("{stage}.ThrottlingBurstLimit"), "HttpApiThrottlingBurstLimit"),
-            (format!("{stage}.ThrottlingRateLimit"), "HttpApiThrottlingRateLimit"),
-            ("Resources.FraudScoreUrl.Properties.AuthType".into(), "FunctionUrlAuthType"),
-            ("Parameters.FunctionUrlAuthType.AllowedValues".into(), "- NONE\n"),
-            ("Parameters.EnableHttpApi.Default".into(), "false"),
-            ("Parameters.EnableAlarms.Default".into(), "false"),
-        ];
-        for (path, want) in holds {
-            assert!(at(&t, &path).contains(want), "{path}: {}", at(&t, &path));
-        }
-    }
 }

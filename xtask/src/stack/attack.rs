@@ -1,29 +1,22 @@
-//! `cargo xtask stack attack`: hostile clients at the connection cap, each with a benign client
-//! beside it, against `local-runner serve` (its defaults, loopback TCP) and against the compose
-//! stack (port 9999): Debian's `slowhttptest` in its three slow modes and a flood of our own.
-//! docs/HOSTILE.md, "Under attack", says what each attack is and the bounds of the gate; the
-//! attacker's own (98 % of the cap held, slowhttptest's exit and statistics) keep an attack that
-//! did not happen from passing.
+//! `cargo xtask stack attack`: slowhttptest's three slow modes and a flood at the connection cap,
+//! each beside a benign client, against serve and the stack (docs/HOSTILE.md, "Under attack").
 
 use super::load::{memory_figures, Container, Session};
 use super::Common;
-use crate::util::{self, log, root, Background, Quantiles};
-use anyhow::{bail, Context, Result};
+use crate::prelude::*;
+use crate::util::{Background, Quantiles};
 use clap::ValueEnum;
-use serde::Serialize;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant};
 
 /// `local-runner serve`'s default `--max-connections`.
 const SERVE_CAP: usize = 1024;
 /// The bounds of the gate (and [`Target::max_p99_ms`]).
 const SERVE_GROWTH_MB: f64 = 32.0;
 const STACK_PEAK_SHARE: f64 = 0.8;
-/// The least share of the cap the attacker must hold at once: the benign client holds one of
-/// the connections, and slowhttptest counts once a second.
+/// The least share of the cap held at once (the benign client holds one; slowhttptest counts
+/// once a second).
 const HELD_SHARE: f64 = 0.98;
 /// The benign client: one request every this, each failing after the timeout.
 const BENIGN_EVERY: Duration = Duration::from_millis(10);
@@ -149,13 +142,14 @@ impl Run {
         let max_p99 = self.target.max_p99_ms();
         let (a, b) = (&self.attacker, &self.benign);
         let found = [attacker_problems(a, self.cap), benign_problems(b, max_p99)].concat();
-        found.into_iter().for_each(|p| self.problem(p));
+        self.problems(found);
         self
     }
 
-    fn problem(&mut self, p: String) {
-        let target = format!("{:?}", self.target).to_lowercase();
-        self.problems.push(format!("{target} {}: {p}", self.attack.name()));
+    /// Each problem found, named after the target and the attack.
+    fn problems(&mut self, found: impl IntoIterator<Item = String>) {
+        let (target, attack) = (format!("{:?}", self.target).to_lowercase(), self.attack.name());
+        self.problems.extend(found.into_iter().map(|p| format!("{target} {attack}: {p}")));
     }
 
     /// The memory and CPU columns: `serve`'s own process, or every container's.
@@ -175,11 +169,12 @@ pub fn run(a: Args) -> Result<()> {
     raise_open_files()?;
     let only = |k: &&Attack| a.only.as_deref().is_none_or(|o| k.name().contains(o));
     let attacks: Vec<Attack> = Attack::value_variants().iter().filter(only).copied().collect();
-    let mut runs = Vec::new();
+    let (mut runs, seconds) = (Vec::new(), a.seconds);
+    let run = |target, attack, cap| Run { target, attack, seconds, cap, ..Run::default() };
     if a.target.contains(&Target::Serve) {
         let bin = a.serve_binary.clone().map_or_else(|| util::built("local-runner"), Ok)?;
         for &attack in &attacks {
-            runs.push(on_serve(&bin, attack, a.seconds)?);
+            runs.push(on_serve(&bin, run(Target::Serve, attack, SERVE_CAP))?);
         }
     }
     if a.target.contains(&Target::Stack) {
@@ -187,7 +182,7 @@ pub fn run(a: Args) -> Result<()> {
             let cap = haproxy_maxconn(&root().join("docker/haproxy/haproxy.cfg"))?;
             let addr = haproxy_address(&s)?;
             for &attack in &attacks {
-                runs.push(on_stack(&mut s, addr, attack, cap, a.seconds)?);
+                runs.push(on_stack(&mut s, addr, run(Target::Stack, attack, cap))?);
                 std::thread::sleep(Duration::from_secs(3)); // the attack's connections drain
             }
             // The session's verdict fails on any problem, of the stack or of an attack.
@@ -202,8 +197,8 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// One attack against a fresh `local-runner serve` with its defaults on a loopback port.
-fn on_serve(bin: &Path, attack: Attack, seconds: u64) -> Result<Run> {
-    let log = util::xtask_dir("attack")?.join(format!("serve-{}.log", attack.name()));
+fn on_serve(bin: &Path, r: Run) -> Result<Run> {
+    let log = util::xtask_dir("attack")?.join(format!("serve-{}.log", r.attack.name()));
     let served = util::Served::start(bin, &log)?;
     let pid = *served.server.pids().first().context("no server pid")?;
     let anon_kb = move || -> Result<u64> {
@@ -212,82 +207,60 @@ fn on_serve(bin: &Path, attack: Attack, seconds: u64) -> Result<Run> {
     };
     let (before, cpu_before, every) = (anon_kb()?, cpu_ticks(pid)?, Duration::from_millis(50));
     let peak = Background::every(every, before, move |m| *m = anon_kb().map_or(*m, |v| v.max(*m)));
-    let mut r = attacked(Target::Serve, attack, served.addr, SERVE_CAP, seconds)?;
+    let mut r = attacked(r, served.addr)?;
     let (peak, cpu_s) =
         (peak.stop() as f64 / 1024.0, (cpu_ticks(pid)? - cpu_before) as f64 / 100.0);
     let (alive, before) = (served.server.try_wait()?.is_none(), before as f64 / 1024.0);
     r.serve = Some(Process { anon_before_mb: before, anon_peak_mb: peak, cpu_s });
-    if peak - before > SERVE_GROWTH_MB {
-        r.problem(format!(
-            "anonymous memory grew {:.1} MB (over {SERVE_GROWTH_MB} MB)",
-            peak - before
-        ));
-    }
-    if !alive {
-        r.problem("the server exited".into());
-    }
+    let grew = format!("anonymous memory grew {:.1} MB (over {SERVE_GROWTH_MB} MB)", peak - before);
+    r.problems(util::failed([
+        (peak - before > SERVE_GROWTH_MB, grew),
+        (!alive, "the server exited".into()),
+    ]));
     Ok(r)
 }
 
 /// One attack against the stack of `s` at `addr`, its counters started afresh.
-fn on_stack(
-    s: &mut Session,
-    addr: SocketAddr,
-    attack: Attack,
-    cap: usize,
-    seconds: u64,
-) -> Result<Run> {
+fn on_stack(s: &mut Session, addr: SocketAddr, r: Run) -> Result<Run> {
     // Every server UP again after the last attack (a dead one restarts by itself).
     super::load::wait_all_up(&s.compose, Duration::from_secs(60))?;
     s.restart_counters()?;
-    let mut r = attacked(Target::Stack, attack, addr, cap, seconds)?;
+    let mut r = attacked(r, addr)?;
     // A container that died has no cgroup to read until it is back.
     r.containers = s.containers().unwrap_or_else(|e| {
-        r.problem(format!("containers unreadable ({e:#}): one died"));
+        r.problems([format!("containers unreadable ({e:#}): one died")]);
         vec![]
     });
     for c in r.containers.clone() {
         let (peak, limit, share) = (c.peak_mb(), c.limit_mb(), 100.0 * STACK_PEAK_SHARE);
-        if peak > STACK_PEAK_SHARE * limit {
-            r.problem(format!(
-                "{}: peak memory {peak:.1} of {limit:.0} MB, over {share:.0} %",
-                c.service
-            ));
-        }
-        r.problems.extend(c.trouble().map(|t| format!("stack {}: {t}", attack.name())));
+        let over =
+            format!("{}: peak memory {peak:.1} of {limit:.0} MB, over {share:.0} %", c.service);
+        r.problems(util::failed([(peak > STACK_PEAK_SHARE * limit, over)]));
+        r.problems(c.trouble());
     }
     Ok(r)
 }
 
 /// One attack on `addr` with the benign client beside it, judged by what both did.
-fn attacked(
-    target: Target,
-    attack: Attack,
-    addr: SocketAddr,
-    cap: usize,
-    seconds: u64,
-) -> Result<Run> {
+fn attacked(r: Run, addr: SocketAddr) -> Result<Run> {
     let benign = benign(addr)?;
     // The benign client's connection is open and warm before the attack.
     std::thread::sleep(Duration::from_millis(500));
-    log!("attack {target:?} {}: {seconds} s at {cap} connections on {addr}", attack.name());
-    let attacker = attack_for(attack, addr, cap, seconds)?;
+    let (target, attack, seconds, cap) = (r.target, r.attack.name(), r.seconds, r.cap);
+    log!("attack {target:?} {attack}: {seconds} s at {cap} connections on {addr}");
+    let attacker = attack_for(&r, addr)?;
     let (benign, latencies, _) = benign.stop();
     let benign = Benign { latency_ms: Quantiles::of(latencies), ..benign };
-    Ok(Run { target, attack, seconds, cap, attacker, benign, ..Run::default() }.judged())
+    Ok(Run { attacker, benign, ..r }.judged())
 }
 
-/// What makes the attacker's run no test: its tool failing, or fewer connections held at once
-/// than [`HELD_SHARE`] of the cap.
+/// What makes the attacker's run no test: its tool failing, or under [`HELD_SHARE`] of the cap.
 fn attacker_problems(a: &Attacker, cap: usize) -> Vec<String> {
-    let least = (HELD_SHARE * cap as f64).ceil() as u64;
-    let few = (a.connections < least).then(|| {
-        format!(
-            "the attacker held {} connections at once, under {least} (98 % of the cap {cap})",
-            a.connections
-        )
-    });
-    a.failure.iter().cloned().chain(few).collect()
+    let (least, held) = ((HELD_SHARE * cap as f64).ceil() as u64, a.connections);
+    let few = format!(
+        "the attacker held {held} connections at once, under {least} (98 % of the cap {cap})"
+    );
+    a.failure.iter().cloned().chain((held < least).then_some(few)).collect()
 }
 
 fn benign_problems(b: &Benign, max_p99: f64) -> Vec<String> {
@@ -297,18 +270,13 @@ fn benign_problems(b: &Benign, max_p99: f64) -> Vec<String> {
     util::failed([(b.failures > 0, failed), (b.requests == 0 || b.latency_ms.p99 > max_p99, slow)])
 }
 
-/// Runs `attack` for `seconds` against `addr` with `connections`, and says what it did.
-fn attack_for(
-    attack: Attack,
-    addr: SocketAddr,
-    connections: usize,
-    seconds: u64,
-) -> Result<Attacker> {
-    let Some(args) = attack.slowhttptest(addr, connections, seconds) else {
-        return Ok(flood(addr, connections, Duration::from_secs(seconds)));
+/// Runs `r`'s attack against `addr` with its cap of connections, and says what it did.
+fn attack_for(r: &Run, addr: SocketAddr) -> Result<Attacker> {
+    let Some(args) = r.attack.slowhttptest(addr, r.cap, r.seconds) else {
+        return Ok(flood(addr, r.cap, Duration::from_secs(r.seconds)));
     };
     let dir = util::xtask_dir("attack")?;
-    let prefix = dir.join(format!("{}-{}", addr.port(), attack.name()));
+    let prefix = dir.join(format!("{}-{}", addr.port(), r.attack.name()));
     let (log, csv) = (prefix.with_extension("log"), prefix.with_extension("csv"));
     let _ = std::fs::remove_file(&csv);
     let args = format!("{args} -g -o {}", prefix.display());
@@ -335,9 +303,8 @@ fn slowhttptest_run(status: ExitStatus, csv: Option<&str>, log: &Path) -> Attack
     Attacker { connections, service_available: Some(available), failure, ..Attacker::default() }
 }
 
-/// Our flood: `connections` connections that each pipeline `GET /ready` 64 KiB at a time and
-/// never read (a raw socket: no client library writes without reading); a connection the
-/// server closes is opened again.
+/// Our flood: `connections` connections pipelining `GET /ready` 64 KiB at a time and never
+/// reading (raw sockets); a connection the server closes is opened again.
 fn flood(addr: SocketAddr, connections: usize, length: Duration) -> Attacker {
     let batch = "GET /ready HTTP/1.1\r\nHost: attack\r\n\r\n".repeat(64 * 1024 / 36);
     let open = || -> Option<TcpStream> {
@@ -366,12 +333,8 @@ fn flood(addr: SocketAddr, connections: usize, length: Duration) -> Attacker {
     a
 }
 
-/// The benign client on its own thread: one scoring request every 10 ms on a keep-alive
-/// connection opened before the attack (again after a failure, which counts), each answer
-/// checked and timed. A raw socket, so that each request goes out in one write as a contest
-/// client sends it: ureq writes the head and the body apart, and under the flood the body then
-/// waits one more turn of the server's loop (a p99 of 13-16 ms where one write gets 8-12, run
-/// alternately on one machine).
+/// The benign client: a request every 10 ms on a keep-alive connection, checked and timed, each
+/// in one write as a contest client's (ureq's head and body apart cost a turn of serve's loop).
 fn benign(addr: SocketAddr) -> Result<Background<Client>> {
     let entries = util::test_entries()?;
     let picked = util::spread(entries.len(), 50);
@@ -390,13 +353,12 @@ fn benign(addr: SocketAddr) -> Result<Background<Client>> {
     Ok(Background::every(BENIGN_EVERY, client, move |(b, latencies, conn)| {
         let (i, t) = (b.requests as usize, Instant::now());
         b.requests += 1;
+        let (request, entry) = (&requests[i % picked.len()], &entries[picked[i % picked.len()]]);
         let answer = match conn {
-            Ok(s) => exchange(s, &requests[i % picked.len()]),
+            Ok(s) => exchange(s, request),
             Err(e) => Err(format!("connect: {e}")),
         };
-        match answer
-            .and_then(|(status, body)| entries[picked[i % picked.len()]].judge(status, &body))
-        {
+        match answer.and_then(|(status, body)| entry.judge(status, &body)) {
             Ok(()) => latencies.push(t.elapsed().as_secs_f64() * 1e3),
             Err(why) => {
                 b.failures += 1;
@@ -435,11 +397,8 @@ fn exchange(s: &mut TcpStream, request: &[u8]) -> Result<(u16, String), String> 
     }
 }
 
-/// HAProxy's port 9999 on the stack's own network: where a client of another machine lands
-/// (the published port is DNAT to it). The host's 127.0.0.1:9999 goes through `docker-proxy`
-/// instead, a userland copy outside the stack's limits that buffers for each connection and
-/// shares the host's cores: aimed there, a flood measured docker-proxy (benign p99 90-175 ms
-/// with HAProxy's own figures unchanged).
+/// HAProxy's port 9999 on the stack's network, where another machine's client lands: the host's
+/// 127.0.0.1:9999 is `docker-proxy`, outside the stack's limits (a flood there measured it).
 fn haproxy_address(s: &Session) -> Result<SocketAddr> {
     let info = super::compose::inspect(&s.compose.id("haproxy")?)?;
     let networks = info["NetworkSettings"]["Networks"].as_object().context("no networks")?;
@@ -466,15 +425,15 @@ fn haproxy_maxconn(cfg: &Path) -> Result<usize> {
     n.with_context(|| format!("no maxconn in the frontend of {}", cfg.display()))
 }
 
-/// slowhttptest and the flood hold a descriptor per connection: the soft limit goes up to the
-/// hard one for this process and its children.
+/// A descriptor per connection: the soft limit up to the hard one, for us and our children.
 fn raise_open_files() -> Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-    if hard < 4096 {
-        bail!("the hard limit on open files is {hard}: the attacks need thousands of connections");
-    }
+    ensure!(
+        hard >= 4096,
+        "the hard limit on open files is {hard}: the attacks need thousands of connections"
+    );
     Ok(())
 }
 

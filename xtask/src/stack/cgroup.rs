@@ -1,8 +1,6 @@
 //! A container's cgroup v1 counters (cgroupfs driver): memory, OOM kills, CPU and throttling.
 
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
 
 #[derive(Clone, Debug)]
 pub struct Cgroup {

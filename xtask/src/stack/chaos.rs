@@ -4,12 +4,9 @@
 use super::compose::inspect;
 use super::k6::{self, Failure, Summary};
 use super::load::{wait_all_up, wait_traffic, Session};
-use super::probe::{self, Sample, StatRow, State};
+use super::probe::{self, Sample, StatRow};
 use super::Common;
-use crate::util::{self, log};
-use anyhow::{ensure, Context, Result};
-use serde::Serialize;
-use std::time::Duration;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,14 +53,13 @@ impl KillReport {
 /// Lines the samples and failures up with one kill of `victim` at `t_kill`.
 pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failure]) -> KillReport {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t >= t_kill).collect();
-    let status = |s: &Sample| s.server(victim).map(StatRow::state);
-    let is_up = |s: &Sample| status(s) == Some(State::Up);
+    let is_up = |s: &Sample| s.server(victim).is_some_and(StatRow::up);
     let stot = |s: &Sample| s.server(victim).and_then(|v| v.stot).unwrap_or(0);
     let ready = |s: &Sample| s.ready.get(victim).is_some_and(probe::ok);
     let from = |start: Option<usize>, f: &dyn Fn(&Sample) -> bool| {
         start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
     };
-    let down = from(Some(0), &|s| status(s) == Some(State::Out));
+    let down = from(Some(0), &|s| s.server(victim).is_some_and(StatRow::out));
     let back = from(from(Some(0), &|s| !ready(s)), &ready);
     let up = from(down, &is_up);
     // Sessions given it while out, and the first UP sample after its /ready 200 where its
@@ -102,9 +98,8 @@ pub fn run(a: Args) -> Result<()> {
     log!("chaos: {} req/s for {SECONDS} s, kills {VICTIMS:?} (load {})", a.rate, s.load_start);
     let (mut kills, mut unexplained, mut summaries) = (vec![], vec![], vec![]);
     for victim in VICTIMS {
-        if let Err(e) = wait_all_up(&s.compose, Duration::from_secs(15)) {
-            s.problems.push(format!("before killing {victim}: {e:#}"));
-        }
+        let all_up = wait_all_up(&s.compose, Duration::from_secs(15));
+        s.problems.extend(all_up.err().map(|e| format!("before killing {victim}: {e:#}")));
         let (t, failed, summary) = kill(a.rate, &mut s, victim)?;
         let (failed, before) = attribute(t, failed);
         unexplained.extend(before);
@@ -114,12 +109,11 @@ pub fn run(a: Args) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let restarts = |v: &str| containers.iter().find(|c| c.service == v).map_or(0, |c| c.restarts);
-    let reports = kills.into_iter().map(|(victim, t, failed)| {
-        let r = KillReport { restarts: restarts(victim), ..analyse(victim, t, &samples, &failed) };
-        log!("  {r:?}");
-        r
+    let reports = kills.into_iter().map(|(victim, t, failed)| KillReport {
+        restarts: restarts(victim),
+        ..analyse(victim, t, &samples, &failed)
     });
-    let reports: Vec<KillReport> = reports.collect();
+    let reports: Vec<KillReport> = reports.inspect(|r| log!("  {r:?}")).collect();
     s.problems.extend(judge(&reports, &unexplained, &summaries));
     let figures = figures(a.rate, &reports, unexplained.len(), &summaries, &s.problems);
     let overrides = util::list(&a.common.overrides, |p| p.display().to_string());
@@ -142,9 +136,7 @@ fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, 
     util::signal(pid as u32, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
-    if !status.success() {
-        s.problems.push(format!("k6 exited {status}"));
-    }
+    s.problems.extend((!status.success()).then(|| format!("k6 exited {status}")));
     Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
 
@@ -154,25 +146,24 @@ fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary])
     for r in reports {
         let (v, ready, up, sessions, max) =
             (&r.victim, r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
-        if r.failed > MAX_FAILED {
-            problems.push(format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed));
-        }
-        if r.restarts == 0 {
-            problems.push(format!("{v}: the engine did not restart it"));
-        }
+        problems.extend(util::failed([
+            (
+                r.failed > MAX_FAILED,
+                format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed),
+            ),
+            (r.restarts == 0, format!("{v}: the engine did not restart it")),
+        ]));
         match r.rotation_after_ready() {
             Some(ms) if ms <= max => {}
             Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {max})")),
             None => problems.push(format!("{v}: never back in rotation (ready {ready:?} ms, UP {up:?} ms, sessions {sessions:?} ms after the kill)")),
         }
     }
-    if !unexplained.is_empty() {
-        problems.push(format!("{} requests failed before any kill", unexplained.len()));
-    }
-    let (fp, fn_) = wrong_answers(summaries);
-    if fp + fn_ > 0 {
-        problems.push(format!("FP {fp} FN {fn_}"));
-    }
+    let ((fp, fn_), early) = (wrong_answers(summaries), unexplained.len());
+    problems.extend(util::failed([
+        (early > 0, format!("{early} requests failed before any kill")),
+        (fp + fn_ > 0, format!("FP {fp} FN {fn_}")),
+    ]));
     problems
 }
 
@@ -257,7 +248,9 @@ mod tests {
             "FP 2 FN 0",
         ];
         assert_eq!(problems, want);
-        assert!(crate::stack::parse::<Args>("--rate 600").is_ok());
+        let cli = <Args as clap::Args>::augment_args(clap::Command::new("x"));
+        let matches = cli.try_get_matches_from(["x", "--rate", "600"]).unwrap();
+        assert!(<Args as clap::FromArgMatches>::from_arg_matches(&matches).is_ok());
     }
 
     #[test]

@@ -2,9 +2,7 @@
 //! running stack on what Docker and /proc say; a submission's images [`pinned`] too.
 
 use super::compose::{image_inspect, inspect, Compose};
-use crate::util::log;
-use anyhow::{Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use serde_json::json;
 use yaml_serde::Value;
 
@@ -31,12 +29,9 @@ fn scalar(v: &Value) -> String {
 fn memory_mb(s: &str) -> Option<f64> {
     let s = s.trim().to_ascii_lowercase();
     let s = s.strip_suffix('b').unwrap_or(&s);
-    let (num, mult) = match s.chars().last()? {
-        'k' => (&s[..s.len() - 1], 1.0 / 1024.0),
-        'm' => (&s[..s.len() - 1], 1.0),
-        'g' => (&s[..s.len() - 1], 1024.0),
-        _ => (s, 1.0 / 1048576.0),
-    };
+    let unit =
+        [('k', 1.0 / 1024.0), ('m', 1.0), ('g', 1024.0)].into_iter().find(|u| s.ends_with(u.0));
+    let (num, mult) = unit.map_or((s, 1.0 / 1048576.0), |(_, m)| (&s[..s.len() - 1], m));
     num.parse::<f64>().ok().map(|n| n * mult)
 }
 
@@ -60,24 +55,19 @@ pub fn rules(yaml: &str) -> Result<Report> {
         }
     }
     let names: Vec<String> = services.keys().map(scalar).collect();
-    if !names.iter().any(|n| n == "haproxy") {
-        r.problems.push("no haproxy balancer".into());
-    }
-    if names.iter().filter(|n| n.starts_with("api")).count() < 2 {
-        r.problems.push("fewer than two APIs".into());
-    }
-    for (n, net) in f["networks"].as_mapping().into_iter().flatten() {
-        let driver = scalar(&net["driver"]);
-        if !driver.is_empty() && driver != "bridge" {
-            r.problems.push(format!("network {} is not bridge", scalar(n)));
-        }
-    }
-    if r.cpus > 1.0 + 1e-9 {
-        r.problems.push(format!("cpus sum {:.2} > 1", r.cpus));
-    }
-    if r.memory_mb > 350.0 + 1e-9 {
-        r.problems.push(format!("memory sum {:.0} MB > 350", r.memory_mb));
-    }
+    let apis = names.iter().filter(|n| n.starts_with("api")).count();
+    let nets = f["networks"].as_mapping().into_iter().flatten();
+    let nets = nets.filter(|(_, net)| !["", "bridge"].contains(&scalar(&net["driver"]).as_str()));
+    let (cpus, memory) = (r.cpus, r.memory_mb);
+    r.problems.extend(util::failed([
+        (!names.iter().any(|n| n == "haproxy"), "no haproxy balancer".into()),
+        (apis < 2, "fewer than two APIs".into()),
+    ]));
+    r.problems.extend(nets.map(|(n, _)| format!("network {} is not bridge", scalar(n))));
+    r.problems.extend(util::failed([
+        (cpus > 1.0 + 1e-9, format!("cpus sum {cpus:.2} > 1")),
+        (memory > 350.0 + 1e-9, format!("memory sum {memory:.0} MB > 350")),
+    ]));
     Ok(r)
 }
 
@@ -92,13 +82,11 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     let parsed = cpus.parse::<f64>().ok().zip(memory_mb(&mem));
     let (image, user, platform) = (scalar(&s["image"]), scalar(&s["user"]), scalar(&s["platform"]));
     let (opts, caps) = (list("security_opt"), list("cap_drop"));
-    let failed =
-        |checks: Vec<(bool, String)>| checks.into_iter().filter_map(|(b, w)| b.then_some(w));
     let unconfined = opts.iter().any(|o| o.contains("seccomp") && o.contains("unconfined"));
     let host = !s["network_mode"].is_null() || s["privileged"] == true;
     let pullable =
         format!("image {image:?} is not a pullable name (name:tag or name@sha256:<64 hex>)");
-    let first = failed(vec![
+    let first = util::failed([
         (parsed.is_none(), format!("unreadable limits {cpus} / {mem}")),
         (host, "network_mode or privileged set".into()),
         (!s["build"].is_null(), "build: is set (the contest takes images only)".into()),
@@ -108,12 +96,12 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
         (reference(&image).is_none(), pullable),
     ]);
     let ports = s["ports"].as_sequence().into_iter().flatten().map(|p| scalar(&p["published"]));
-    let ports =
-        ports.filter(|p| name != "haproxy" || p != "9999").map(|p| format!("publishes port {p}"));
+    let ports = ports.filter(|p| name != "haproxy" || p != "9999");
+    let ports = ports.map(|p| format!("publishes port {p}")).collect();
     let capped =
         caps.len() == 1 && caps[0].eq_ignore_ascii_case("ALL") && list("cap_add").is_empty();
     let nnp = opts.iter().any(|o| o == "no-new-privileges:true");
-    let last = failed(vec![
+    let last = util::failed([
         (!fixed_non_root(&user), format!("user {user:?} is not a fixed non-root uid[:gid]")),
         (s["read_only"] != true, "read_only is not true".into()),
         (!capped, "cap_drop is not [ALL] (or cap_add is set)".into()),
@@ -123,7 +111,7 @@ fn service(name: &str, s: &Value) -> (Vec<String>, Option<(f64, f64, String)>) {
     let line = format!(
         "{name}: image {image} cpus {cpus} memory {mem} user {user} read_only cap_drop=ALL"
     );
-    (first.chain(ports).chain(last).collect(), Some((c, m, line)))
+    ([first, ports, last].concat(), Some((c, m, line)))
 }
 
 /// Whether a pullable `[host[:port]/]path[:tag][@sha256:<64 hex>]` has the digest.
@@ -149,17 +137,13 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
     let mut problems = Vec::new();
     for (name, s) in f["services"].as_mapping().into_iter().flatten() {
         let (name, image) = (scalar(name), scalar(&s["image"]));
-        if reference(&image) != Some(true) {
-            problems
-                .push(format!("{name}: image {image:?} is not pinned by digest (name@sha256:...)"));
-        }
-        match arch(&image) {
-            Some(a) if a == "linux/amd64" => {}
-            Some(a) => problems.push(format!("{name}: image {image} is {a}, not linux/amd64")),
-            None => {
-                problems.push(format!("{name}: image {image} is not here (docker image inspect)"))
-            }
-        }
+        let unpinned = format!("{name}: image {image:?} is not pinned by digest (name@sha256:...)");
+        problems.extend((reference(&image) != Some(true)).then_some(unpinned));
+        problems.extend(match arch(&image) {
+            Some(a) if a == "linux/amd64" => None,
+            Some(a) => Some(format!("{name}: image {image} is {a}, not linux/amd64")),
+            None => Some(format!("{name}: image {image} is not here (docker image inspect)")),
+        });
     }
     Ok(problems)
 }
@@ -167,20 +151,19 @@ pub fn pinned(yaml: &str, arch: impl Fn(&str) -> Option<String>) -> Result<Vec<S
 /// The balancer: `mode tcp`, `balance roundrobin`, nothing routing by request content.
 pub fn haproxy_cfg(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).collect();
-    let mut problems = Vec::new();
-    if !lines.contains(&"mode tcp") || !lines.contains(&"balance roundrobin") {
-        problems.push("haproxy.cfg: expected mode tcp and balance roundrobin".to_string());
-    }
-    if lines.iter().any(|l| l.starts_with("http-request") || l.starts_with("use_backend")) {
-        problems.push("haproxy.cfg answers or routes by request content".to_string());
-    }
-    problems
+    let tcp = lines.contains(&"mode tcp") && lines.contains(&"balance roundrobin");
+    let routes =
+        lines.iter().any(|l| l.starts_with("http-request") || l.starts_with("use_backend"));
+    util::failed([
+        (!tcp, "haproxy.cfg: expected mode tcp and balance roundrobin".into()),
+        (routes, "haproxy.cfg answers or routes by request content".into()),
+    ])
 }
 
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let (h, pid, mut problems) = (&i["HostConfig"], i["State"]["Pid"].as_u64(), Vec::new());
+    let (h, pid) = (&i["HostConfig"], i["State"]["Pid"].as_u64());
     let pid = pid.context("docker inspect: no pid")?;
     let want = json!({"Privileged": false, "ReadonlyRootfs": true, "CapDrop": ["ALL"],
         "CapAdd": null, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": network});
@@ -189,9 +172,6 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
         (!fine).then(|| format!("{k} {}", h[k]))
     };
     let off: Vec<String> = want.as_object().into_iter().flatten().filter_map(off).collect();
-    if !off.is_empty() {
-        problems.push(format!("{service}: docker inspect shows {}", off.join(", ")));
-    }
     let proc = |f: &str| {
         let path = format!("/proc/{pid}/{f}");
         std::fs::read_to_string(&path).with_context(|| format!("reading {path} of {service}"))
@@ -206,9 +186,11 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
     let [uid, eff, bnd, nnp] = ["Uid:", "CapEff:", "CapBnd:", "NoNewPrivs:"].map(field);
     let zero = "0000000000000000";
     let caps = format!("CapEff {eff} CapBnd {bnd} NoNewPrivs {nnp} root ro {root_ro}");
-    if uid == "0" || eff != zero || bnd != zero || nnp != "1" || !root_ro {
-        problems.push(format!("{service}: process uid {uid} {caps}"));
-    }
+    let confined = uid != "0" && eff == zero && bnd == zero && nnp == "1" && root_ro;
+    let problems = util::failed([
+        (!off.is_empty(), format!("{service}: docker inspect shows {}", off.join(", "))),
+        (!confined, format!("{service}: process uid {uid} {caps}")),
+    ]);
     let (cpus, memory, user) = (&h["NanoCpus"], &h["Memory"], &i["Config"]["User"]);
     let user = user.as_str().unwrap_or_default();
     let line = format!(
@@ -237,105 +219,14 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
             r.problems.extend(problems);
         }
     }
-    for l in &r.services {
-        log!("  {l}");
-    }
-    for p in &r.problems {
-        log!("  PROBLEM: {p}");
-    }
+    r.services.iter().for_each(|l| log!("  {l}"));
+    r.problems.iter().for_each(|p| log!("  PROBLEM: {p}"));
     Ok(r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const GOOD: &str = r#"
-networks: {stack: {driver: bridge}}
-services:
-  api1: &api
-    image: fraud-api:latest
-    platform: linux/amd64
-    user: 65534:65534
-    read_only: true
-    cap_drop: [ALL]
-    security_opt: [no-new-privileges:true]
-    deploy: {resources: {limits: {cpus: 0.3, memory: 150M}}}
-  api2: *api
-  haproxy:
-    image: haproxy:2.6
-    platform: linux/amd64
-    user: "99:99"
-    read_only: true
-    cap_drop: [ALL]
-    security_opt: [no-new-privileges:true]
-    ports: [{published: 9999, target: 9999}]
-    deploy: {resources: {limits: {cpus: 0.4, memory: 50M}}}
-"#;
-
-    #[test]
-    fn the_contest_layout_passes_and_each_breach_is_named() {
-        let r = rules(GOOD).unwrap();
-        assert!(r.problems.is_empty(), "{:?}", r.problems);
-        assert!((r.cpus - 1.0).abs() < 1e-9 && (r.memory_mb - 350.0).abs() < 1e-9);
-        let limits = "deploy: {resources: {limits: {cpus: 0.1, memory: 10M}}}";
-        // (a change of GOOD, or a whole file, and what the check must say of it)
-        let cases = [
-            (GOOD.replace("memory: 50M", "memory: 60M"), "memory sum 360 MB > 350"),
-            (GOOD.replace(r#"user: "99:99""#, r#"user: "0""#), r#"haproxy: user "0" is not a fixed non-root"#),
-            (GOOD.replace("ports:", "cap_add: [NET_ADMIN]\n    ports:"), "haproxy: cap_drop is not [ALL] (or cap_add is set)"),
-            (GOOD.replace("published: 9999", "published: 8080"), "haproxy: publishes port 8080"),
-            (GOOD.replace("    read_only: true\n", ""), "api1: read_only is not true"),
-            (GOOD.replace("    cap_drop: [ALL]\n", ""), "api2: cap_drop is not [ALL]"),
-            (GOOD.replace("security_opt: [no-new-privileges:true]", "security_opt: []"), "lacks no-new-privileges:true"),
-            (
-                "services:\n  api1: {image: x, network_mode: host}\nnetworks: {n: {driver: overlay}}\n".into(),
-                "api1: no deploy.resources.limits cpus + memory; no haproxy balancer; fewer than two APIs; network n is not bridge",
-            ),
-            // What the contest's final rejected, and a service that names no pullable image.
-            (
-                format!("services:\n  api1: {{build: ., sysctls: {{a: 1}}, security_opt: [seccomp=unconfined], {limits}}}\n"),
-                "api1: build: is set (the contest takes images only); api1: sysctls are set (the contest rejects them); \
-                 api1: security_opt seccomp=unconfined (the contest rejects it); api1: platform \"\" is not linux/amd64; \
-                 api1: image \"\" is not a pullable name (name:tag or name@sha256:<64 hex>)",
-            ),
-        ];
-        for (yaml, want) in cases {
-            let all = rules(&yaml).unwrap().problems.join("; ");
-            assert!(all.contains(want), "{want}: {all}");
-        }
-    }
-
-    #[test]
-    fn image_references_and_a_pinned_submission() {
-        let d = "0123456789abcdef".repeat(4);
-        let refs = [
-            ("fraud-api:latest", Some(false)),
-            ("127.0.0.1:5000/fraud-api:test", Some(false)),
-            (&format!("127.0.0.1:5000/fraud-api@sha256:{d}") as &str, Some(true)),
-            (&format!("haproxy:2.6@sha256:{d}"), Some(true)),
-            ("docker.io/me/fraud-api", None),
-            ("Fraud-API:1", None),
-            ("haproxy:", None),
-            (&format!("haproxy@sha256:{}", &d[1..]), None),
-            ("", None),
-        ];
-        for (r, want) in refs {
-            assert_eq!(reference(r), want, "{r}");
-        }
-        let yaml = format!(
-            "services:\n  api1: {{image: \"x@sha256:{d}\"}}\n  haproxy: {{image: haproxy:2.6}}\n"
-        );
-        let arch = |i: &str| i.starts_with('x').then(|| "linux/amd64".to_string());
-        let want = [
-            "haproxy: image \"haproxy:2.6\" is not pinned by digest (name@sha256:...)",
-            "haproxy: image haproxy:2.6 is not here (docker image inspect)",
-        ];
-        assert_eq!(pinned(&yaml, arch).unwrap(), want);
-        let arm = pinned(&yaml, |_| Some("linux/arm64".into())).unwrap();
-        let want = format!("x@sha256:{d} is linux/arm64, not linux/amd64");
-        assert!(arm[0].ends_with(&want), "{arm:?}");
-    }
 
     #[test]
     fn memory_units_users_and_the_balancer() {

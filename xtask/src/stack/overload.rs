@@ -3,14 +3,9 @@
 
 use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Session};
-use super::probe::State;
 use super::Common;
-use crate::util::{self, log, root};
-use anyhow::{Context, Result};
-use serde::Serialize;
+use crate::prelude::*;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 const RATE: u32 = super::SMOKE_RATE;
 /// Seconds at the peak before the overload, of overload, and at the peak after it.
@@ -85,7 +80,7 @@ pub fn run(common: Common) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (samples, containers) = (monitor.stop(), s.containers()?);
     let m = measure(&loaded);
-    let not_up = samples.iter().filter(|s| s.servers().any(|v| v.state() != State::Up)).count();
+    let not_up = samples.iter().filter(|s| s.servers().any(|v| !v.up())).count();
     s.problems.extend(judge(&m, &containers, loaded.k6_status));
     let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
     let windows =
@@ -116,10 +111,9 @@ fn measure(l: &Loaded) -> Measured {
     let t0 = l.summary.t0_ms as f64;
     let (start_s, end_s) = ((l.span.0 as f64 - t0) / 1000.0, (l.span.1 as f64 - t0) / 1000.0);
     let windows = &l.summary.windows;
-    let during = windows
-        .iter()
-        .filter(|w| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor());
-    let during: Vec<&Window> = during.collect();
+    let inside =
+        |w: &&Window| f64::from(w.w) >= start_s.ceil() && f64::from(w.w + 1) <= end_s.floor();
+    let during: Vec<&Window> = windows.iter().filter(inside).collect();
     let mean = |f: &dyn Fn(&Window) -> f64| {
         during.iter().map(|w| f(w)).sum::<f64>() / during.len().max(1) as f64
     };
@@ -147,9 +141,7 @@ fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<Str
         )),
         None => problems.push(format!("p99 never back under {max_p99} ms after the overload")),
     }
-    if !k6.success() {
-        problems.push(format!("k6 exited {k6}"));
-    }
+    problems.extend((!k6.success()).then(|| format!("k6 exited {k6}")));
     problems
 }
 
@@ -188,16 +180,14 @@ impl WrkSummary {
         (self.n("requests") / s, self.n("status200") / s)
     }
     fn errors(&self) -> u64 {
-        ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k)).iter().sum::<f64>()
-            as u64
+        let each = ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k));
+        each.iter().sum::<f64>() as u64
     }
 }
 
 fn parse_wrk(output: &str) -> Result<WrkSummary> {
-    let line = output
-        .lines()
-        .find_map(|l| l.strip_prefix("WRKJSON "))
-        .context("wrk printed no WRKJSON line")?;
+    let line = output.lines().find_map(|l| l.strip_prefix("WRKJSON "));
+    let line = line.context("wrk printed no WRKJSON line")?;
     serde_json::from_str(line).map(WrkSummary).context("parsing wrk's WRKJSON line")
 }
 

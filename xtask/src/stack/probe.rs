@@ -2,20 +2,16 @@
 //! no Unix socket), HAProxy's `show stat`, and [`sample`], all that (and memory) at one moment.
 
 use super::cgroup::Cgroup;
+use crate::prelude::*;
 use crate::util;
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
 
 const READY: &[u8] = b"GET /ready HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n";
 
-/// What a probe got: an HTTP status, or why there is none (`empty`: the connection closed
-/// without one; else the I/O error's kind).
+/// A probe's HTTP status, or why none came (`empty`: closed without one; else the I/O error kind).
 pub type Probe = Result<u16, String>;
 
 /// Ready: a 2xx status (the contest's rule for `/ready`; ours answer 200).
@@ -63,17 +59,6 @@ pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Res
     })
 }
 
-/// HAProxy's state of a server (`status` of `show stat`), as its health checks see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// `UP`: in rotation.
-    Up,
-    /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, `DRAIN`.
-    Out,
-    /// `UP 1/3` (in rotation, failing checks), and what frontends have (`OPEN`).
-    Other,
-}
-
 /// The columns of `show stat` the harness reads (counters are empty where they do not apply).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct StatRow {
@@ -85,13 +70,15 @@ pub struct StatRow {
     pub status: String,
 }
 
+/// HAProxy's state of a server as its health checks see it: `UP` is in rotation; `UP 1/3` (in
+/// rotation, failing checks) and a frontend's `OPEN` are neither up nor out.
 impl StatRow {
-    pub fn state(&self) -> State {
-        match self.status.as_str() {
-            "UP" => State::Up,
-            s if ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| s.starts_with(p)) => State::Out,
-            _ => State::Other,
-        }
+    pub fn up(&self) -> bool {
+        self.status == "UP"
+    }
+    /// `DOWN`, `DOWN 1/2` (passing checks again, not yet in rotation), `MAINT`, `NOLB`, `DRAIN`.
+    pub fn out(&self) -> bool {
+        ["DOWN", "MAINT", "NOLB", "DRAIN"].iter().any(|p| self.status.starts_with(p))
     }
 }
 
@@ -138,20 +125,17 @@ impl Sample {
 
 /// One sample: HAProxy's rows and each API's `/ready` by `sockets`, port 9999 if `probe`, memory.
 pub fn sample(sockets: &Path, apis: &[String], probe: bool, memory: &[(String, Cgroup)]) -> Sample {
-    let mut s = Sample { t: util::now_ms(), ..Sample::default() };
-    match haproxy_stat(&sockets.join("haproxy.sock")) {
-        Ok(rows) => s.stat = rows,
-        Err(e) => s.haproxy_error = Some(format!("{e:#}")),
-    }
-    for api in apis {
-        let p = ready_unix(&sockets.join(format!("{api}.sock")), Duration::from_millis(300));
-        s.ready.insert(api.clone(), p);
-    }
-    s.probe = probe.then(|| ready_tcp(9999, Duration::from_millis(500)));
-    for (name, cg) in memory {
-        s.mem_mb.extend(cg.memory_usage().map(|b| (name.clone(), util::mb(b))));
-    }
-    s
+    let (t, ms) = (util::now_ms(), Duration::from_millis);
+    let (stat, haproxy_error) = match haproxy_stat(&sockets.join("haproxy.sock")) {
+        Ok(rows) => (rows, None),
+        Err(e) => (vec![], Some(format!("{e:#}"))),
+    };
+    let ready = |a: &String| (a.clone(), ready_unix(&sockets.join(format!("{a}.sock")), ms(300)));
+    let mem = |(name, cg): &(String, Cgroup)| Some((name.clone(), util::mb(cg.memory_usage()?)));
+    let (ready, mem_mb) =
+        (apis.iter().map(ready).collect(), memory.iter().filter_map(mem).collect());
+    let probe = probe.then(|| ready_tcp(9999, ms(500)));
+    Sample { t, stat, haproxy_error, ready, probe, mem_mb }
 }
 
 #[cfg(test)]
@@ -178,9 +162,13 @@ apis,BACKEND,0,0,1,60,,2617,1,2,,0,,0,0,0,0,UP,1,1,0,0,0,40,0,,1,3,1,,2605,,2,0,
             ]
         );
         assert_eq!(s.server("api2").unwrap().stot, Some(12));
-        let state = |status: &str| StatRow { status: status.into(), ..s.stat[0].clone() }.state();
+        let state = |status: &str| {
+            let row = StatRow { status: status.into(), ..s.stat[0].clone() };
+            (row.up(), row.out())
+        };
         let states = ["UP", "UP 1/3", "OPEN", "MAINT", "DOWN 1/2"].map(state);
-        assert_eq!(states, [State::Up, State::Other, State::Other, State::Out, State::Out]);
+        let (up, other, out) = ((true, false), (false, false), (false, true));
+        assert_eq!(states, [up, other, other, out, out]);
         assert!(parse_stat("no header").is_err());
     }
 

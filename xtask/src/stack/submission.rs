@@ -3,10 +3,7 @@
 
 use super::compose::{image_inspect, Compose};
 use super::{check, images, load, Common};
-use crate::util::{self, log, root};
-use anyhow::{ensure, Context, Result};
-use std::path::PathBuf;
-use std::time::Duration;
+use crate::prelude::*;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -66,9 +63,7 @@ pub fn run(a: Args) -> Result<()> {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
         let (run, smoke) = (run?, "pulled by digest from the loopback registry, smoke");
-        if !run.passed() {
-            problems.push(format!("{smoke} failed"));
-        }
+        problems.extend((!run.passed()).then(|| format!("{smoke} failed")));
         figures += &format!("; {smoke}: {}", load::run_figures(&run));
     }
     drop(registry);
