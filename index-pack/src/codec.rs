@@ -52,19 +52,6 @@ impl Encoder {
         }
     }
 
-    /// Appends another encoder's codes; both must be at a group boundary.
-    pub fn append(&mut self, other: Encoder) {
-        assert!(
-            self.pending.is_empty() && other.pending.is_empty(),
-            "codes are appended a whole group at a time"
-        );
-        match (&mut self.codes, other.codes) {
-            (Codes::I16(a), Codes::I16(b)) => a.extend_from_slice(&b),
-            (Codes::F16(a), Codes::F16(b)) => a.extend_from_slice(&b),
-            _ => panic!("codes of two codecs cannot be appended"),
-        }
-    }
-
     /// The codes; the rows pushed must fill whole groups.
     pub fn finish(self) -> Codes {
         assert!(self.pending.is_empty(), "rows must fill whole groups");
