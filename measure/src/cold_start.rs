@@ -108,12 +108,14 @@ pub fn cold_starts(
     // GET /ready, then the queries in the Function URL format (the default endpoint), twice.
     let queries = events::replay(QUERIES, false, |_| 2)?;
     let sent = [vec![events::ready("function-url")?], queries.clone(), queries].concat();
-    let (bodies, cases): (Vec<_>, Vec<_>) = sent.into_iter().unzip();
+    let (bodies, cases): (Vec<_>, Vec<Case>) = sent.into_iter().unzip();
+    let index = serde_json::to_value(logs::identity(&pkg.index_artifact)?)?;
+    let cases: Vec<Case> = cases.into_iter().map(|c| c.naming(&index)).collect();
     let (want, defaults) = (logs::expected(&pkg.index_artifact)?, sam::defaults()?);
     let mut starts = Vec::new();
     for i in 0..n {
         for mode in [[Mode::Lazy, Mode::Prefault], [Mode::Prefault, Mode::Lazy]][i % 2] {
-            let settings = Settings { prefault: mode == Mode::Prefault, ..defaults.clone() };
+            let settings = Settings { prefault: Some(mode == Mode::Prefault), ..defaults.clone() };
             let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
             drop_caches()?;
             let run = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;

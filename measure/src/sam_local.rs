@@ -57,7 +57,9 @@ pub fn run(a: Args) -> Result<()> {
     util::docker_usable().context("sam local invoke needs a usable Docker engine")?;
     stand_in_image()?;
     let sha = if a.image { image_build(&tools)? } else { util::sha256_file(&tools.build()?)? };
-    let mut cases = events::cases()?;
+    let shipped = util::Shipped::last()?.index.context("no shipped index: build it first")?;
+    let index = serde_json::to_value(xtask::lambda::logs::identity(&shipped)?)?;
+    let mut cases: Vec<Case> = events::cases()?.into_iter().map(|c| c.naming(&index)).collect();
     if let Some(refs) = &a.references {
         relabel(&mut cases, &a.events, refs)?;
     }

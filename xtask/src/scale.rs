@@ -38,11 +38,17 @@ pub fn pack(index_pack: &Path, refs: &Path, out: &Path) -> Result<Packed> {
 /// `local-runner verify --neighbours` over `refs` (the search of `index`, else of the embedded
 /// one) of [`GENERATED`] and [`ADVERSARIAL`] queries from `seed`.
 pub fn neighbours(bin: &Path, refs: &Path, index: Option<&Path>, seed: u64) -> Result<Neighbours> {
-    let words = format!("verify {} --neighbours --sample 0 --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {seed}", util::TEST_SET);
     let paths: Vec<_> =
         [("--references", refs)].into_iter().chain(index.map(|i| ("--index", i))).collect();
+    neighbours_of(bin, &paths, seed)
+}
+
+/// [`neighbours`] of any indexes and references `local-runner verify` takes (`--shard`,
+/// `--delta`, one `--references` per part).
+pub fn neighbours_of(bin: &Path, paths: &[(&str, &Path)], seed: u64) -> Result<Neighbours> {
+    let words = format!("verify {} --neighbours --sample 0 --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {seed}", util::TEST_SET);
     util::last_json(
-        &util::read(&util::command(bin, &words, &paths))?,
+        &util::read(&util::command(bin, &words, paths))?,
         "local-runner verify --neighbours",
     )
 }
@@ -66,7 +72,18 @@ struct Report {
     served: usize,
     served_wrong: usize,
     first_wrong: Option<String>,
+    /// The set split into 3 shards, merged as a front merges them.
+    shards: Neighbours,
+    /// A delta of [`DELTA`] new references searched with the index as its base.
+    delta: Neighbours,
+    /// The PreTraffic hook (its sample labelled over the contest's references) against the
+    /// bootstrap with this set's index: what it reported, and the first wrong answer it named.
+    hook_status: Option<String>,
+    hook_first_wrong: Option<String>,
 }
+
+/// References in the CI-sized delta.
+const DELTA: usize = 30_000;
 
 pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
@@ -82,12 +99,43 @@ pub fn run(a: Args) -> Result<()> {
     let words = format!("generate-csv --count {} --seed {} --any-references", a.served, a.seed);
     let paths = [("--references", refs.as_path()), ("--out", &tests)];
     util::run(&util::command(&labeller, &words, &paths))?;
-    log!("scale: local-runner with the synthetic index embedded");
+    // The hook's sample is the shipped index's: labelled before this set's index is built.
+    let hook_dir = crate::lambda::package::workspace_hook()?;
+    log!("scale: local-runner and bootstrap with the synthetic index embedded");
     // Embedded the way large indexes are (`.incbin` in a section of its own), so that CI
     // exercises that form too; the contest's index takes `include_bytes_aligned!`.
     r.build_s = build_local_runner(&index, "linker")?;
     let local_runner = util::target_dir().join(util::PROFILE).join("local-runner");
     r.neighbours = neighbours(&local_runner, &refs, None, a.seed)?;
+    log!("scale: the PreTraffic hook against a bootstrap of another index than its sample's");
+    let scorer = dir.join("scorer");
+    let bootstrap = util::target_dir().join(util::PROFILE).join("bootstrap");
+    crate::lambda::package::copy_bootstrap(&bootstrap, &scorer)?;
+    let rie = crate::lambda::sam::Tools::ensure()?.rie;
+    let run = crate::lambda::hook::run(&rie, &scorer, &hook_dir, &dir)?;
+    r.hook_status = run.status().map(String::from);
+    r.hook_first_wrong = run.answer["first_wrong"].as_str().map(String::from);
+    log!("scale: 3 shards of the set, and a delta of {DELTA} references over it");
+    let shards = dir.join("shards");
+    let words = "split --count 3 --accept-any-references";
+    let paths = [("--references", refs.as_path()), ("--output-dir", &shards)];
+    util::run(&util::command(&index_pack, words, &paths))?;
+    let shard = |k| shards.join(format!("shard-{k}-of-3.idx"));
+    let (s0, s1, s2) = (shard(0), shard(1), shard(2));
+    let paths =
+        [("--references", refs.as_path()), ("--shard", &s0), ("--shard", &s1), ("--shard", &s2)];
+    r.shards = neighbours_of(&local_runner, &paths, a.seed)?;
+    let (new, delta) = (dir.join("delta.json.gz"), dir.join("delta.idx"));
+    draw(&labeller, DELTA, a.seed + 1, &new)?;
+    let paths = [("--base", index.as_path()), ("--references", &new), ("--output", &delta)];
+    util::run(&util::command(&index_pack, "delta", &paths))?;
+    let paths = [
+        ("--index", index.as_path()),
+        ("--delta", &delta),
+        ("--references", &refs),
+        ("--references", &new),
+    ];
+    r.delta = neighbours_of(&local_runner, &paths, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;
     let served = Served::start(&beside, &dir.join("serve.log"))?;
     let (agent, base) = (util::http_agent(Duration::from_secs(5)), served.url(""));
@@ -102,20 +150,32 @@ pub fn run(a: Args) -> Result<()> {
     let nb = &r.neighbours;
     let refused = matches!(&r.file_form_refusals[..], [length, footer]
         if length.contains("built with an index of") && footer.contains("its footer"));
-    let passed = exact(nb) && refused && r.served == a.served && r.served_wrong == 0;
+    let hook_failed = r.hook_status.as_deref() == Some("Failed") && r.hook_first_wrong.is_some();
+    let passed = exact(nb)
+        && refused
+        && r.served == a.served
+        && r.served_wrong == 0
+        && exact(&r.shards)
+        && exact(&r.delta)
+        && hook_failed;
+    let hook = match (&r.hook_status, &r.hook_first_wrong) {
+        (Some(s), Some(w)) => format!("{s}, first wrong {w}"),
+        (s, _) => format!("{s:?} WITHOUT A WRONG ANSWER NAMED"),
+    };
     let figures = format!(
-        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {} queries against the labeller, {} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; {:.0} s",
+        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {} queries against the labeller, {} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; 3 shards: {} differences; a delta of {DELTA}: {} differences; the hook of the contest's sample against this index: {hook}; {:.0} s",
         r.references, r.pack.bytes, r.pack.total_s, r.build_s, nb.compared, nb.differences(), r.file_build_s,
         if refused { "other files refused" } else { "OTHER FILES NOT REFUSED" },
-        r.served - r.served_wrong, r.served, t.elapsed().as_secs_f64()
+        r.served - r.served_wrong, r.served, r.shards.differences(), r.delta.differences(), t.elapsed().as_secs_f64()
     );
     util::verdict("scale", passed, &figures, &r)
 }
 
-/// Builds the workspace's `local-runner` around `index` in the given form; its seconds.
+/// Builds the workspace's `local-runner` and `bootstrap` around `index` in the given form; its
+/// seconds.
 fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
     let t = Instant::now();
-    let build = util::cargo_workspace("build", &["--bin", "local-runner"]);
+    let build = util::cargo_workspace("build", &["--bin", "local-runner", "--bin", "bootstrap"]);
     util::run(&build.env("FRAUD_INDEX_ARTIFACT_IN", index).env("FRAUD_INDEX_EMBED", form))?;
     Ok(t.elapsed().as_secs_f64())
 }

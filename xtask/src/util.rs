@@ -322,12 +322,9 @@ impl Shipped {
 /// Builds the shipped binaries (cargo does nothing when they are current), embedding the index of
 /// [`Shipped::last`] as it is (checked in full by the build script) rather than packing 3M again.
 pub fn build_shipped() -> Result<Shipped> {
-    let args = ["build", "--profile", PROFILE, "--target", TRIPLE, "--features", "function/lambda"];
     let bins =
         ["-p", "local-runner", "--bin", "local-runner", "-p", "function", "--bin", "bootstrap"];
-    let mut e = linted(duct::cmd("cargo", [&args[..], &bins].concat()).dir(root()))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env("RUSTFLAGS", SHIPPED_RUSTFLAGS);
+    let mut e = static_build(&["--features", "function/lambda"], &bins);
     let shipped = Shipped::last()?;
     if let Some(index) = &shipped.index {
         log!("embedding {} in the shipped binaries", index.display());
@@ -338,6 +335,25 @@ pub fn build_shipped() -> Result<Shipped> {
         check_static_x86_64(bin).context("the static flags did not apply")?;
     }
     Ok(shipped)
+}
+
+/// One more static Lambda binary of the shipped build's flags (the deployment hook, the front),
+/// in a cargo run of its own: `features` resolved for it alone, so the front does not link the
+/// scorer's index.
+pub fn build_static_bin(package: &str, bin: &str, features: &[&str]) -> Result<PathBuf> {
+    let features = features.join(",");
+    let flags: &[&str] = if features.is_empty() { &[] } else { &["--features", &features] };
+    run(&static_build(flags, &["-p", package, "--bin", bin]))?;
+    let built = target_dir().join(TRIPLE).join(PROFILE).join(bin);
+    check_static_x86_64(&built).context("the static flags did not apply")?;
+    Ok(built)
+}
+
+fn static_build(features: &[&str], bins: &[&str]) -> duct::Expression {
+    let args = ["build", "--profile", PROFILE, "--target", TRIPLE];
+    linted(duct::cmd("cargo", [&args[..], features, bins].concat()).dir(root()))
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", SHIPPED_RUSTFLAGS)
 }
 
 /// Copies `from` beside `to`, optionally dated `modified`, and renames it over `to`: a binary may

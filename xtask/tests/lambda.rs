@@ -24,7 +24,7 @@ fn want() -> Init {
     Init { init_us: 0, ..Log::parse(INIT).lines[0].typed().unwrap() }
 }
 
-const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":false,"init_us":300}}"#;
+const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","role":"Http","kernels":"avx2","codec":"i16","index_references_sha256":"ab","index_references":3000000,"index_part":"whole","index_format_version":5,"index_crc32":"0000000f","index_packer":"index-pack 0.1.0","artifact_bytes":10,"deltas":0,"delta_references":0,"prefault":false,"init_us":300}}"#;
 const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount","not_logged":0},"span":{"requestId":"x"}}"#;
 const CLOSED: &str = r#"{"level":"INFO","fields":{"message":"the runtime API went away, exiting","invocations":3,"error":"connection closed"}}"#;
 
@@ -49,7 +49,7 @@ fn one_init_line_and_one_line_per_failure_pass() {
 fn a_line_per_success_a_logged_body_a_missing_line_another_index_or_mode_fail() {
     let extra = r#"{"level":"INFO","fields":{"message":"answered","status":200}}"#;
     let body = FAILED.replace(r#""field""#, r#""body":"{}","field""#);
-    let other = Init { artifact_crc32: "00000010".into(), ..want() };
+    let other = Init { index_crc32: "00000010".into(), ..want() };
     let miscounted = FAILED.replace(r#""not_logged":0"#, r#""not_logged":1"#);
     let cases: [(String, &[u16], Init, bool); 10] = [
         (format!("{INIT}\n{FAILED}\n{miscounted}\n"), &[400, 400], want(), false),
@@ -101,6 +101,24 @@ fn the_image_template_is_the_zip_template_with_an_image_function() {
     assert_eq!(f["Properties"]["PackageType"], "Image");
     assert!(f["Properties"].get("CodeUri").is_none() && f["Properties"].get("Runtime").is_none());
     assert_eq!(f["Metadata"]["Dockerfile"], "Dockerfile");
+    // Everything else is the zip template's: the other resources (the hook is a zip function
+    // in both), the parameters, the outputs.
+    let z: Value = yaml_serde::from_str(&zip).unwrap();
+    let (mut zr, mut ir) = (z["Resources"].clone(), t["Resources"].clone());
+    for r in [&mut zr, &mut ir] {
+        r.as_mapping_mut().unwrap().remove(FUNCTION);
+    }
+    assert_eq!(zr, ir);
+    for section in ["Parameters", "Conditions", "Outputs", "Globals"] {
+        assert_eq!(z[section], t[section], "{section}");
+    }
+    let keep = ["CodeUri", "Handler", "Runtime", "PackageType"];
+    let props = |v: &Value| -> Value {
+        let mut p = v["Resources"][FUNCTION]["Properties"].clone();
+        keep.iter().for_each(|k| drop(p.as_mapping_mut().unwrap().remove(*k)));
+        p
+    };
+    assert_eq!(props(&z), props(&t));
 }
 
 #[test]
@@ -192,8 +210,9 @@ fn the_template_keeps_its_defaults_role_and_one_bounded_endpoint() {
     let r = t["Resources"].as_mapping().unwrap();
     let of_type = |kind: &str| r.iter().filter(|(_, v)| v["Type"] == kind).count();
     let conditional = |cond: &str| r.iter().filter(|(_, v)| v["Condition"] == cond).count();
-    assert_eq!((of_type("AWS::IAM::Role"), of_type("AWS::Lambda::Url")), (1, 1));
-    assert_eq!(["WithHttpApi", "WithAlarms", "PublicUrl"].map(conditional), [6, 3, 2]);
+    // The scorer's role and the deployment hook's.
+    assert_eq!((of_type("AWS::IAM::Role"), of_type("AWS::Lambda::Url")), (2, 1));
+    assert_eq!(["WithHttpApi", "WithAlarms", "PublicUrl"].map(conditional), [6, 2, 2]);
     // Everything that makes a second endpoint or invokes the function from elsewhere is
     // behind a condition; the Function URL is the only unconditional endpoint.
     for (_, v) in r.iter() {
@@ -246,5 +265,87 @@ fn the_template_keeps_its_defaults_role_and_one_bounded_endpoint() {
     ];
     for (path, want) in holds {
         assert!(at(&t, &path).contains(want), "{path}: {}", at(&t, &path));
+    }
+}
+
+/// A deploy publishes a version; the endpoints call the alias, which CodeDeploy moves only after
+/// the PreTraffic hook passed the new version, gradually, rolled back by the alarms; the hook
+/// may invoke the scorer's versions and report to CodeDeploy, nothing more; the approval-rate
+/// alarm reads the metrics the function writes (its namespace and names).
+#[test]
+fn the_alias_the_deployment_the_hook_and_the_alarms_are_wired_together() {
+    for template in ["template.yaml", TEMPLATE] {
+        let text = std::fs::read_to_string(root().join(template)).unwrap();
+        let t: Value = yaml_serde::from_str(&text).unwrap();
+        let (f, hook) =
+            ("Resources.FraudScoreFunction.Properties", "Resources.PreTrafficHook.Properties");
+        let hook_role = "Resources.PreTrafficHookRole.Properties.Policies.0.PolicyDocument";
+        let rate = "Resources.FraudScoreApprovalRateAlarm.Properties.Metrics";
+        let ns = function::metrics::NAMESPACE;
+        let holds: Vec<(String, String)> = [
+            (format!("{f}.AutoPublishAlias"), "live"),
+            (format!("{f}.DeploymentPreference.Type"), "!Ref DeploymentType"),
+            (format!("{f}.DeploymentPreference.Alarms.0"), "!Ref FraudScoreErrorsAlarm"),
+            (format!("{f}.DeploymentPreference.Alarms.1"), "!Ref FraudScoreApprovalRateAlarm"),
+            (format!("{f}.DeploymentPreference.Hooks.PreTraffic"), "!Ref PreTrafficHook"),
+            ("Parameters.DeploymentType.Default".into(), "Canary10Percent5Minutes"),
+            // Every endpoint and permission is on the alias, never on $LATEST.
+            (
+                "Resources.FraudScoreUrl.Properties.TargetFunctionArn".into(),
+                "FraudScoreFunction.Alias",
+            ),
+            (
+                "Resources.FraudScoreUrlPublicInvoke.Properties.FunctionName".into(),
+                "FraudScoreFunction.Alias",
+            ),
+            (
+                "Resources.FraudScoreUrlPublicInvokeUrl.Properties.FunctionName".into(),
+                "FraudScoreFunction.Alias",
+            ),
+            (
+                "Resources.FraudScoreHttpApiIntegration.Properties.IntegrationUri".into(),
+                "FraudScoreFunction.Alias",
+            ),
+            (
+                "Resources.FraudScoreHttpApiInvoke.Properties.FunctionName".into(),
+                "FraudScoreFunction.Alias",
+            ),
+            // The hook: a name SAM's CodeDeploy role may invoke, the new version as its target.
+            (format!("{hook}.FunctionName"), "CodeDeployHook_"),
+            (
+                format!("{hook}.Environment.Variables.FRAUD_TARGET"),
+                "!Ref FraudScoreFunction.Version",
+            ),
+            (format!("{hook}.DeploymentPreference"), "null"),
+            (format!("{hook_role}.Statement.0.Action"), "lambda:InvokeFunction"),
+            (format!("{hook_role}.Statement.0.Resource"), "${FraudScoreFunction.Arn}:*"),
+            (
+                format!("{hook_role}.Statement.1.Action"),
+                "codedeploy:PutLifecycleEventHookExecutionStatus",
+            ),
+            (format!("{hook_role}.Statement.3"), "null"),
+            // The rollback alarms: errors of the alias; the approval rate of the function's
+            // own metrics, unconditional (the deployment names them).
+            (
+                "Resources.FraudScoreErrorsAlarm.Properties.Dimensions.1.Value".into(),
+                "${FraudScoreFunction}:live",
+            ),
+            ("Resources.FraudScoreErrorsAlarm.Condition".into(), "null"),
+            ("Resources.FraudScoreApprovalRateAlarm.Condition".into(), "null"),
+            (format!("{rate}.0.MetricStat.Metric.Namespace"), ns),
+            (format!("{rate}.0.MetricStat.Metric.MetricName"), "Approved"),
+            (format!("{rate}.1.MetricStat.Metric.Namespace"), ns),
+            (format!("{rate}.1.MetricStat.Metric.MetricName"), "Denied"),
+            (format!("{rate}.3.Expression"), "ApprovalRateLowPercent"),
+            (format!("{rate}.3.Expression"), "ApprovalRateHighPercent"),
+            (format!("{rate}.3.Expression"), "ApprovalRateMinDecisions"),
+        ]
+        .into_iter()
+        .map(|(p, w)| (p, w.to_string()))
+        .collect();
+        for (path, want) in holds {
+            let got = at(&t, &path);
+            assert!(got.contains(&want), "{template}: {path}: {got}, want {want}");
+        }
     }
 }

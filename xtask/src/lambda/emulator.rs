@@ -9,13 +9,26 @@ use std::net::TcpStream;
 const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
 /// What the function is configured with (template.yaml's defaults unless overridden).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Settings {
     pub memory_mb: u32,
     pub timeout_s: u32,
-    pub prefault: bool,
+    /// `FRAUD_PREFAULT`: `Some(true)` 1, `Some(false)` 0, `None` auto (by index and memory).
+    pub prefault: Option<bool>,
     /// CPU share of the bootstrap (Lambda: memory / 1,769 MB), cgroup v1; `None` = unlimited.
     pub cpus: Option<f64>,
+    /// More of the function's environment (a role, its name).
+    pub env: Vec<(String, String)>,
+}
+
+impl Settings {
+    /// Whether the bootstrap reads an index of `bytes` at init: `FRAUD_PREFAULT`, or for `auto`
+    /// (the template's default) when the index fits the memory with 64 MiB to spare and is at
+    /// most 1 GiB (docs/LAMBDA.md, "Packaging by size").
+    pub fn prefaults(&self, bytes: u64) -> bool {
+        let fits = bytes + (64 << 20) <= u64::from(self.memory_mb) << 20 && bytes <= 1 << 30;
+        self.prefault.unwrap_or(fits)
+    }
 }
 
 /// What each event sent in order got (the first starts the bootstrap).
@@ -33,48 +46,12 @@ pub fn session(
     log: PathBuf,
     events: &[Vec<u8>],
 ) -> Result<Session> {
-    let (api, runtime_api) = (util::free_port()?, util::free_port()?);
-    let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
-    let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
-    let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
-    let flags =
-        format!("--runtime-interface-emulator-address {api} --runtime-api-address {runtime_api}");
-    let e = duct::cmd(rie, flags.split(' ').map(OsString::from).chain([entry.into()]));
-    let child = util::to_log(e.dir(package_dir).stdin_null(), &log)
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
-        .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
-        // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
-        .env("FRAUD_PREFAULT", if s.prefault { "1" } else { "0" })
-        .env_remove("RUST_LOG")
-        .unchecked()
-        .start()
-        .with_context(|| format!("cannot start {}", rie.display()))?;
-    let (launched, emu) = (Instant::now(), Emulator { child, cgroup });
-    log!("emulator started, log in {}", log.display());
-    let (limit, every) = (Duration::from_secs(20), Duration::from_millis(5));
-    util::poll("the emulator's API", limit, every, || {
-        if TcpStream::connect_timeout(&api, Duration::from_secs(1)).is_ok() {
-            return Ok(Ok(()));
-        }
-        if let Some(out) = emu.child.try_wait()? {
-            bail!("the emulator exited ({}); log in {}", out.status, log.display());
-        }
-        Ok(Err("not listening".into()))
-    })?;
-    let (agent, url) = (util::http_agent(Duration::from_secs(15)), format!("http://{api}{INVOKE}"));
+    let launched = Instant::now();
+    let emu = Emulator::start(rie, package_dir, s, &log)?;
     let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
         let t = Instant::now();
-        let req = agent.post(&url).header("content-type", "application/json");
-        let mut resp = req.send(event).context("invoke through the emulator")?;
-        let body = resp.body_mut().read_to_vec()?;
-        let rtt = t.elapsed().as_secs_f64() * 1e3;
-        if resp.status() != 200 {
-            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-            bail!("the emulator answered HTTP {}: {shown}", resp.status());
-        }
-        Ok((Answer::parse(&body)?, rtt))
+        let body = emu.invoke(event)?;
+        Ok((Answer::parse(&body)?, t.elapsed().as_secs_f64() * 1e3))
     };
     let answer = |e: &Vec<u8>| invoke(e).map_err(|e| format!("{e:#}"));
     let mut answers: Vec<_> = events.iter().take(1).map(answer).collect();
@@ -86,19 +63,87 @@ pub fn session(
     let bootstrap =
         pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
     let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
-    // The log as it was before the kill: what they print about being killed is not the run's.
-    let len = std::fs::metadata(&log)?.len() as usize;
-    drop(emu);
-    let mut text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
-    text.truncate(len);
+    // Ended as Lambda ends an environment, so that what the bootstrap writes then (its last
+    // metrics) is in the log.
+    emu.stop();
+    let text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
     let log = Log::parse(&String::from_utf8_lossy(&text));
     Ok(Session { launch_to_first_ms, answers, memory, log })
 }
 
-/// The running RIE: killed with the bootstrap (and its CPU group removed) when dropped.
-struct Emulator {
+/// The running RIE with the bootstrap: killed with it (and its CPU group removed) when dropped.
+pub struct Emulator {
     child: duct::Handle,
     cgroup: Option<PathBuf>,
+    /// Its Invoke API (`POST {url}` with an event).
+    pub url: String,
+    agent: ureq::Agent,
+}
+
+impl Emulator {
+    /// Starts the RIE on free loopback ports with `package_dir`'s bootstrap, its output in
+    /// `log`, and waits for its API.
+    pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: &Path) -> Result<Emulator> {
+        let (api, runtime_api) = (util::free_port()?, util::free_port()?);
+        let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
+        let (entry, cgroup) = s.cpus.map(limited).transpose()?.unzip();
+        let entry = entry.unwrap_or_else(|| PathBuf::from("./bootstrap"));
+        let flags = format!(
+            "--runtime-interface-emulator-address {api} --runtime-api-address {runtime_api}"
+        );
+        let e = duct::cmd(rie, flags.split(' ').map(OsString::from).chain([entry.into()]));
+        let prefault = s.prefault.map_or("auto", |p| if p { "1" } else { "0" });
+        let mut e = util::to_log(e.dir(package_dir).stdin_null(), log)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
+            .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
+            // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
+            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+            .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
+            .env("FRAUD_PREFAULT", prefault)
+            .env_remove("RUST_LOG");
+        for (k, v) in &s.env {
+            e = e.env(k, v);
+        }
+        let child =
+            e.unchecked().start().with_context(|| format!("cannot start {}", rie.display()))?;
+        let url = format!("http://{api}{INVOKE}");
+        let emu = Emulator { child, cgroup, url, agent: util::http_agent(Duration::from_secs(15)) };
+        log!("emulator started on {api}, log in {}", log.display());
+        let (limit, every) = (Duration::from_secs(20), Duration::from_millis(5));
+        util::poll("the emulator's API", limit, every, || {
+            if TcpStream::connect_timeout(&api, Duration::from_secs(1)).is_ok() {
+                return Ok(Ok(()));
+            }
+            if let Some(out) = emu.child.try_wait()? {
+                bail!("the emulator exited ({}); log in {}", out.status, log.display());
+            }
+            Ok(Err("not listening".into()))
+        })?;
+        Ok(emu)
+    }
+
+    /// Invokes the function with `event`; the raw payload it answered.
+    pub fn invoke(&self, event: &[u8]) -> Result<Vec<u8>> {
+        let req = self.agent.post(&self.url).header("content-type", "application/json");
+        let mut resp = req.send(event).context("invoke through the emulator")?;
+        let body = resp.body_mut().read_to_vec()?;
+        if resp.status() != 200 {
+            let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            bail!("the emulator answered HTTP {}: {shown}", resp.status());
+        }
+        Ok(body)
+    }
+
+    /// Ends the environment as Lambda does (SIGTERM: the runtime and its extensions get their
+    /// shutdown), waits up to 5 s for it, then kills what is left.
+    pub fn stop(self) {
+        for pid in self.child.pids() {
+            let _ = util::signal(pid, nix::sys::signal::SIGTERM);
+        }
+        let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
+        let ended = || Ok(self.child.try_wait()?.map(|_| ()).ok_or_else(|| "running".to_string()));
+        let _ = util::poll("the emulator's shutdown", limit, every, ended);
+    }
 }
 
 impl Drop for Emulator {

@@ -21,6 +21,8 @@ pub enum Expect {
     Json(Value),
     Error,
     ErrorAt(String),
+    /// `GET /ready`: `{"ready":true,"index":...}` naming the index under test ([`Case::naming`]).
+    Ready,
 }
 
 #[derive(Clone, Debug)]
@@ -28,6 +30,17 @@ pub struct Case {
     pub event: String,
     pub status: u16,
     pub expect: Expect,
+}
+
+impl Case {
+    /// The case with a [`Expect::Ready`] body made exact: the ready body naming `index`.
+    pub fn naming(self, index: &Value) -> Case {
+        let expect = match self.expect {
+            Expect::Ready => Expect::Json(json!({"ready": true, "index": index})),
+            other => other,
+        };
+        Case { expect, ..self }
+    }
 }
 
 pub type Sent = (Vec<u8>, Case);
@@ -40,6 +53,7 @@ fn parse_table(text: &str) -> Result<Vec<Case>> {
         };
         let expect = match (body, body.strip_prefix("error:")) {
             ("error", _) => Expect::Error,
+            ("ready", _) => Expect::Ready,
             (_, Some(field)) => Expect::ErrorAt(field.to_string()),
             (b, None) => Expect::Json(serde_json::from_str(b).with_context(|| event.to_string())?),
         };
@@ -72,7 +86,7 @@ fn body(v: &Value) -> Result<Vec<u8>> {
 
 /// GET /ready in `source`'s format: the first invocation of a run.
 pub fn ready(source: &str) -> Result<Sent> {
-    let (event, expect) = (format!("{source}/ready.json"), Expect::Json(json!({"ready": true})));
+    let (event, expect) = (format!("{source}/ready.json"), Expect::Ready);
     Ok((read_event(&event)?, Case { event, status: 200, expect }))
 }
 
@@ -141,6 +155,7 @@ impl Answer {
             Expect::Json(want) => body.as_ref() == Some(want),
             Expect::Error => error.is_some(),
             Expect::ErrorAt(field) => error.is_some_and(|e| e.starts_with(&format!("{field}: "))),
+            Expect::Ready => false, // only ever compared once made exact
         };
         let ok = self.status == case.status
             && self.content_type.as_deref() == Some("application/json")
@@ -173,11 +188,16 @@ mod tests {
 
     #[test]
     fn tables_are_read_and_the_replay_takes_the_edges() {
-        let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\n";
+        let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\nd.json\t200\tready\n";
         let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
         assert_eq!(
             expects,
-            [Expect::ErrorAt("x.y".into()), Expect::Json(json!({"a": 1})), Expect::Error]
+            [
+                Expect::ErrorAt("x.y".into()),
+                Expect::Json(json!({"a": 1})),
+                Expect::Error,
+                Expect::Ready
+            ]
         );
         assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
         assert!(parse_table("event\tstatus\tbody\na.json\t200\n").is_err());

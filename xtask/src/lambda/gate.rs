@@ -2,11 +2,13 @@
 
 use super::emulator::{self, Session, Settings};
 use super::events::{self, Case};
+use super::hook;
 use super::logs::{self, Init};
 use super::package::{self, Package};
 use super::sam::{self, Tools};
 use crate::prelude::*;
 use crate::util::{mb, Quantiles};
+use std::collections::BTreeMap;
 
 #[derive(clap::Args)]
 pub struct CiArgs {
@@ -40,6 +42,8 @@ struct Gathered {
     validate: Result<String>,
     package: Result<Package>,
     emulated: Option<Result<Emulated>>,
+    /// The PreTraffic hook against the package under the emulator.
+    hook: Option<Result<hook::Run>>,
     /// `.aws-sam`'s bootstrap and its SHA-256; `None` when left out.
     sam_build: Option<Result<(PathBuf, String)>>,
 }
@@ -81,15 +85,22 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
     let tools = Tools::ensure()?;
     let validate = tools.validate();
     let package = package::build(a.skip_build);
-    let mut emulated = None;
+    let (mut emulated, mut hook) = (None, None);
     if let Ok(pkg) = &package {
         let d = sam::defaults()?;
         let s = Settings { memory_mb: a.memory_mb.unwrap_or(d.memory_mb), cpus: a.cpus, ..d };
         emulated = Some(emulate(&tools, pkg, s, a.replay));
+        hook = Some(check_hook(&tools.rie, &pkg.dir));
     }
     let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
     let sam_build = (!a.no_sam_build).then(built);
-    Ok(Gathered { validate, package, emulated, sam_build })
+    Ok(Gathered { validate, package, emulated, hook, sam_build })
+}
+
+/// The hook of the workspace build against the scorer in `scorer_dir`, both under the emulator.
+fn check_hook(rie: &Path, scorer_dir: &Path) -> Result<hook::Run> {
+    let dir = package::workspace_hook()?;
+    hook::run(rie, scorer_dir, &dir, &util::xtask_dir("lambda")?)
 }
 
 fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
@@ -98,11 +109,54 @@ fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result
     let events = sent.len() - 1;
     sent.extend(events::replay(n, true, |k| k)?);
     let log = util::xtask_dir("lambda")?.join("rie.log");
-    let (bodies, cases): (Vec<_>, _) = sent.into_iter().unzip();
+    let index = serde_json::to_value(logs::identity(&pkg.index_artifact)?)?;
+    let (bodies, cases): (Vec<_>, Vec<Case>) = sent.into_iter().unzip();
+    let cases = cases.into_iter().map(|c| c.naming(&index)).collect();
     let session = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
-    let expected = logs::expected(&pkg.index_artifact);
+    let expected = logs::expected(&pkg.index_artifact).map(|want| {
+        let prefault = settings.prefaults(want.artifact_bytes);
+        Init { prefault, ..want }
+    });
     Ok(Emulated { session, cases, events, expected, settings })
 }
+
+/// What the EMF documents of a run must sum to: the decisions and refusals its cases expect,
+/// under each dimension set the function writes them with.
+pub fn expected_metrics(cases: &[Case], index: &str) -> Result<BTreeMap<String, u64>> {
+    let mut want = BTreeMap::new();
+    let mut add = |key: String| *want.entry(key).or_insert(0) += 1;
+    for c in cases {
+        let (name, extra) = match (&c.expect, c.status) {
+            (events::Expect::Json(v), 200) if v.get("approved").is_some() => {
+                let score = v["fraud_score"].as_f64().context("a decision's score")?;
+                add(format!("Decisions FraudScore={score:.1} Function={FUNCTION_NAME}"));
+                (if v["approved"] == true { "Approved" } else { "Denied" }, None)
+            }
+            // An event's refusals: its body, or its route (no framing reaches a function).
+            (_, status) if status >= 400 => {
+                let reason = match status {
+                    400 => "bad_body",
+                    404 => "not_found",
+                    405 => "method_not_allowed",
+                    413 => "body_too_large",
+                    415 => "unsupported_media_type",
+                    _ => bail!("{}: a refusal with {status} has no reason here", c.event),
+                };
+                ("Rejected", Some(reason))
+            }
+            _ => continue,
+        };
+        add(format!("{name} Function={FUNCTION_NAME}"));
+        add(format!("{name} Function={FUNCTION_NAME} Index={index}"));
+        if let Some(reason) = extra {
+            add(format!("Rejected Function={FUNCTION_NAME} Reason={reason}"));
+        }
+    }
+    Ok(want)
+}
+
+/// The function's name in the emulator (its default `AWS_LAMBDA_FUNCTION_NAME`).
+const FUNCTION_NAME: &str = "test_function";
 
 fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     let mut j = Judged::default();
@@ -124,6 +178,19 @@ fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     let emulated = g.emulated.as_ref().and_then(|e| e.as_ref().ok());
     let nothing = || (String::new(), timing(f64::NAN, None, Quantiles::default()));
     let (counts, timing) = emulated.map_or_else(nothing, |e| emulator_steps(&mut j, e));
+    if let Some(run) = &g.hook {
+        let said = |r: &hook::Run| {
+            let (cases, wrong) = (&r.answer["cases"], &r.answer["wrong"]);
+            let first = r.answer["first_wrong"].as_str().unwrap_or("none");
+            format!("reported {:?} to CodeDeploy ({:?}); {cases} cases, {wrong} wrong, first wrong: {first}", r.status(), r.reported)
+        };
+        let passed = run.as_ref().is_ok_and(|r| {
+            r.status() == Some("Succeeded")
+                && r.answer["wrong"] == 0
+                && r.answer["cases"].as_u64() > Some(0)
+        });
+        j.step("PreTraffic hook passes the package", passed, show(run, said));
+    }
     if let Some(built) = &g.sam_build {
         j.step("sam build", built.is_ok(), show(built, |(p, _)| p.display().to_string()));
         if let (Ok((_, sha)), Ok(p)) = (built, &g.package) {
@@ -200,15 +267,16 @@ fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
         j.step("bootstrap memory after the replay", true, memory);
     }
     let report = match &e.expected {
-        Ok(want) => logs::check(&s.log, &statuses, want, e.settings.prefault),
+        Ok(want) => logs::check(&s.log, &statuses, want, want.prefault),
         Err(err) => {
             let problems = vec![format!("cannot read the embedded artifact: {err:#}")];
             logs::Report { problems, ..logs::Report::default() }
         }
     };
     let init = report.init.as_ref().map_or("no init line".to_string(), |i| {
-        let Init { kernels, codec, index_source_sha256: sha, artifact_crc32: crc, init_us, .. } = i;
-        format!("init line: kernels {kernels}, codec {codec}, index source sha256 {sha}, artifact crc32 {crc}, init {init_us} us")
+        let Init { kernels, codec, index_references_sha256: sha, index_crc32: crc, .. } = i;
+        let (prefault, init_us) = (i.prefault, i.init_us);
+        format!("init line: kernels {kernels}, codec {codec}, index of references {sha}, crc32 {crc}, prefault {prefault}, init {init_us} us")
     });
     let problem = report.problems.first().map_or(String::new(), |p| format!("; PROBLEM: {p}"));
     let (lines, failed, bad) = (report.failure_lines, report.failed_requests, report.bad_requests);
@@ -217,6 +285,23 @@ fn emulator_steps(j: &mut Judged, e: &Emulated) -> (String, String) {
     let result = format!("{init}; {lines} failure lines (counting {counted} more) for {failed} failed requests ({bad} of them 400s), {other} lines for the {ok} successful ones{problem}");
     j.step("logs", report.problems.is_empty(), result);
     j.logs = Some(report);
+    let label = e.expected.as_ref().map(|i| i.index_crc32.clone()).unwrap_or_default();
+    let (got, want) = (logs::emf_sums(&s.log), expected_metrics(&e.cases, &label));
+    let metrics = match (got, want) {
+        (Ok(got), Ok(want)) if got == want => Ok(format!(
+            "{} EMF documents sum to the {} decisions and refusals the cases expect",
+            s.log.emf.len(),
+            want.iter().filter(|(k, _)| k.split(' ').count() == 2).map(|(_, n)| n).sum::<u64>()
+        )),
+        (Ok(got), Ok(want)) => {
+            let differ = want.keys().chain(got.keys()).find(|k| got.get(*k) != want.get(*k));
+            let k = differ.cloned().unwrap_or_default();
+            Err(format!("EMF {k}: {:?}, the cases expect {:?}", got.get(&k), want.get(&k)))
+        }
+        (Err(e), _) => Err(format!("an EMF document CloudWatch would refuse: {e}")),
+        (_, Err(e)) => Err(format!("{e:#}")),
+    };
+    j.step("metrics (EMF)", metrics.is_ok(), metrics.unwrap_or_else(|e| e));
     let counts =
         format!("; events {events_ok}/{n}; replay {replayed} payloads, {mismatches} mismatches");
     (counts, timing(first_ms, s.log.init_report_ms, w))
@@ -228,8 +313,37 @@ mod tests {
     use crate::lambda::events::{answer, Expect};
     use crate::lambda::logs::Log;
 
-    const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":true,"init_us":12200}}"#;
+    const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","role":"Http","kernels":"avx2","codec":"i16","index_references_sha256":"ab","index_references":3000000,"index_part":"whole","index_format_version":5,"index_crc32":"0000000f","index_packer":"index-pack 0.1.0","artifact_bytes":10,"deltas":0,"delta_references":0,"prefault":true,"init_us":12200}}"#;
     const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount","not_logged":0}}"#;
+
+    /// The EMF documents of `approved` decisions at score 0 and `bad` refused bodies, as the
+    /// function writes them (one line each).
+    fn emf(approved: u64, bad: u64) -> String {
+        let mut counts = function::metrics::Counters::default();
+        counts.decisions[0] = approved;
+        counts.rejected[function::handler::Reason::BadBody.index()] = bad;
+        let index = index_pack::format::Identity {
+            references_sha256: "ab".into(),
+            references: 3_000_000,
+            first_position: 0,
+            part: "whole".into(),
+            format_version: 5,
+            crc32: "0000000f".into(),
+            packer: "index-pack 0.1.0".into(),
+        };
+        counts.emf(FUNCTION_NAME, &[index], 1).join("\n") + "\n"
+    }
+
+    fn hook_run(status: &str, wrong: u64) -> hook::Run {
+        let first = (wrong > 0).then_some("edge-1: expected 0.6, got 0.8");
+        let answer = serde_json::json!({"status": status, "cases": 24, "wrong": wrong, "first_wrong": first});
+        let reported = hook::Reported {
+            deployment_id: "d-XTASK0001".into(),
+            lifecycle_event_hook_execution_id: "xtask-pretraffic-1".into(),
+            status: status.into(),
+        };
+        hook::Run { answer, reported: vec![reported] }
+    }
 
     /// A run of one bad event and two replayed payloads, the second wrong when `mismatch`.
     fn gathered(mismatch: bool) -> Gathered {
@@ -239,7 +353,11 @@ mod tests {
             Package { sha256: sha.clone(), zipped_bytes, unzipped_bytes, ..Package::default() };
         let reports = ["16.1", "0.9", "0.4", "0.5"]
             .map(|d| format!("REPORT RequestId: x\tDuration: {d} ms\n"));
-        let log = format!("{INIT}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n{}", reports.concat());
+        let log = format!(
+            "{INIT}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n{}{}",
+            reports.concat(),
+            emf(2, 1)
+        );
         let case = |event: &str, status, expect| Case { event: event.into(), status, expect };
         let scored = Expect::Json(serde_json::json!({"approved": true, "fraud_score": 0.0}));
         let cases = vec![
@@ -257,11 +375,13 @@ mod tests {
         let session =
             Session { launch_to_first_ms: 20.0, answers, memory: None, log: Log::parse(&log) };
         let expected = Ok(Log::parse(INIT).lines[0].typed().unwrap());
-        let settings = Settings { memory_mb: 512, timeout_s: 3, prefault: true, cpus: None };
+        let settings =
+            Settings { memory_mb: 512, timeout_s: 3, prefault: None, ..Settings::default() };
         Gathered {
             validate: Ok("template.yaml is a valid SAM Template".into()),
             package: Ok(package),
             emulated: Some(Ok(Emulated { session, cases, events: 1, expected, settings })),
+            hook: Some(Ok(hook_run("Succeeded", 0))),
             sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
         }
     }
@@ -271,10 +391,10 @@ mod tests {
         let j = judge(&gathered(false), false, 175.0);
         let failed: Vec<_> = j.steps.iter().filter(|s| !s.ok).collect();
         assert!(failed.is_empty(), "{failed:?}");
-        assert_eq!(j.steps.len(), 10);
+        assert_eq!(j.steps.len(), 12);
         assert_eq!(
             j.figures,
-            "10/10 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
+            "12/12 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
              cold first invocation 16.7 ms (INIT REPORT 14.20 ms); warm Duration p50 0.50 ms p99 0.90 ms; \
              package 44.0 MB zipped, 92.0 MB unzipped; sam build sha256 = tested (198e69c5fa0e); 175 s"
         );
@@ -291,6 +411,21 @@ mod tests {
         let j = judge(&g, false, 1.0);
         assert!(!j.steps.last().unwrap().ok);
         assert!(j.figures.contains("sam build sha256 000000000000 != tested 198e69c5fa0e"));
+        // The metrics must count every answer: one approval missing fails their step.
+        let mut g = gathered(false);
+        if let Some(Ok(e)) = &mut g.emulated {
+            e.session.log.emf = Log::parse(&emf(1, 1)).emf;
+        }
+        let metrics = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name == "metrics (EMF)");
+        let result = metrics.map(|s| (s.ok, s.result));
+        let want = "EMF Approved Function=test_function: Some(1), the cases expect Some(2)";
+        assert_eq!(result, Some((false, want.to_string())));
+        // A hook that found a wrong answer fails the gate.
+        let mut g = gathered(false);
+        g.hook = Some(Ok(hook_run("Failed", 5)));
+        let step = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name.contains("hook"));
+        let step = step.unwrap();
+        assert!(!step.ok && step.result.contains("first wrong: edge-1"), "{step:?}");
         let mut g = gathered(false);
         g.sam_build = None;
         assert!(judge(&g, true, 1.0).figures.contains("sam build LEFT OUT (--no-sam-build)"));

@@ -1,8 +1,10 @@
 //! A run's log and what the bootstrap must log: one init line, failure lines (at most one a
-//! second, each counting the failures left out before it), a closing one.
+//! second, each counting the failures left out before it), a closing one, and its metrics as
+//! Embedded Metric Format documents.
 
 use crate::prelude::*;
-use index_pack::format::{self, Footer};
+use function::metrics::EmfDocument;
+use index_pack::format::{self, Identity};
 use std::collections::BTreeMap;
 
 /// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
@@ -29,6 +31,8 @@ pub struct Log {
     /// `Duration` of each `REPORT` line, in invocation order.
     pub durations_ms: Vec<f64>,
     pub lines: Vec<Line>,
+    /// The Embedded Metric Format documents (`{"_aws": ...}`), in order.
+    pub emf: Vec<EmfDocument>,
     /// Lines that are neither the bootstrap's JSON nor the emulator's own.
     other: Vec<String>,
     /// A runtime exit or a panic.
@@ -54,6 +58,13 @@ impl Log {
             let report = l.strip_prefix("REPORT ").and_then(|r| number_after(r, "\tDuration: "));
             log.durations_ms.extend(report);
             log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
+            if l.starts_with(r#"{"_aws":"#) {
+                match serde_json::from_str::<EmfDocument>(l) {
+                    Ok(doc) => log.emf.push(doc),
+                    Err(_) => log.other.push(l.to_string()),
+                }
+                continue;
+            }
             match serde_json::from_str::<Line>(l) {
                 Ok(line) => log.lines.push(line),
                 Err(_) if l.starts_with('{') || !emulator(l) => log.other.push(l.to_string()),
@@ -64,15 +75,24 @@ impl Log {
     }
 }
 
+/// The init line: the index's identity (`index_pack::format::Identity`), its size and how it
+/// was made resident.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Init {
     pub message: String,
+    pub role: String,
     pub kernels: String,
     pub codec: String,
-    pub index_source_sha256: String,
-    pub artifact_crc32: String,
+    pub index_references_sha256: String,
+    pub index_references: u64,
+    pub index_part: String,
+    pub index_format_version: u32,
+    pub index_crc32: String,
+    pub index_packer: String,
     pub artifact_bytes: u64,
+    pub deltas: u64,
+    pub delta_references: u64,
     pub prefault: bool,
     pub init_us: u64,
 }
@@ -90,26 +110,58 @@ pub struct Failure {
     pub not_logged: u64,
 }
 
-/// The init line the embedded artifact gives on this CPU (`prefault`, `init_us`: the run's).
-pub fn expected(artifact: &Path) -> Result<Init> {
+/// The identity of an artifact file, as the binary that embeds it reports it.
+pub fn identity(artifact: &Path) -> Result<Identity> {
     let bytes =
         std::fs::read(artifact).with_context(|| format!("cannot read {}", artifact.display()))?;
-    let footer = Footer::read(&bytes)?;
     let aligned = format::aligned_copy(&bytes);
-    let header = &format::open(&aligned)?.header;
+    Ok(Identity::of(&format::open_with_footer(&aligned)?))
+}
+
+/// The init line the embedded artifact gives on this CPU (`prefault`, `init_us`: the run's).
+pub fn expected(artifact: &Path) -> Result<Init> {
+    let id = identity(artifact)?;
+    let codec = {
+        let bytes = std::fs::read(artifact)?;
+        let aligned = format::aligned_copy(&bytes);
+        format::open(&aligned)?.header.codec.native().name().to_string()
+    };
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags = cpuinfo.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
     let avx2 = ["avx2", "fma", "f16c"].iter().all(|f| flags.split_whitespace().any(|g| g == *f));
     Ok(Init {
         message: "index ready".into(),
+        role: "Http".into(),
         kernels: if avx2 { "avx2" } else { "scalar" }.into(),
-        codec: header.codec.native().name().to_string(),
-        index_source_sha256: format::hex(&header.source_sha256),
-        artifact_crc32: format!("{:08x}", footer.crc32),
-        artifact_bytes: bytes.len() as u64,
+        codec,
+        index_references_sha256: id.references_sha256,
+        index_references: id.references.into(),
+        index_part: id.part,
+        index_format_version: id.format_version,
+        index_crc32: id.crc32,
+        index_packer: id.packer,
+        artifact_bytes: std::fs::metadata(artifact)?.len(),
+        deltas: 0,
+        delta_references: 0,
         prefault: false,
         init_us: 0,
     })
+}
+
+/// What the EMF documents of a run count: each metric summed over the documents, under its
+/// dimensions (`Approved` by `Function`, `Decisions` by `Function` and `FraudScore`, ...);
+/// those that sum to 0 left out.
+pub fn emf_sums(log: &Log) -> Result<BTreeMap<String, u64>, String> {
+    let mut sums = BTreeMap::new();
+    for doc in &log.emf {
+        for v in doc.metrics()? {
+            let dims: Vec<String> = v.dimensions.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            *sums.entry(format!("{} {}", v.name, dims.join(" "))).or_default() += v.value as u64;
+        }
+    }
+    // A count of 0 says what no document would.
+    sums.retain(|_, n| *n > 0);
+    Ok(sums)
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -193,7 +245,7 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
 mod tests {
     use super::*;
 
-    const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","kernels":"avx2","codec":"i16","index_source_sha256":"ab","artifact_crc32":"0000000f","artifact_bytes":10,"prefault":false,"init_us":300}}"#;
+    const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","role":"Http","kernels":"avx2","codec":"i16","index_references_sha256":"ab","index_references":3000000,"index_part":"whole","index_format_version":5,"index_crc32":"0000000f","index_packer":"index-pack 0.1.0","artifact_bytes":10,"deltas":0,"delta_references":0,"prefault":false,"init_us":300}}"#;
     const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount","not_logged":0},"span":{"requestId":"x"}}"#;
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod emulator;
 pub mod events;
 mod gate;
+pub mod hook;
 pub mod image;
 pub mod logs;
 pub mod package;
@@ -33,6 +34,18 @@ enum Command {
         /// image's Dockerfile goes beside the bootstrap in target/lambda-package.
         #[arg(long)]
         image: bool,
+        /// With --image: embed this shard of a split set (`index-pack split`) instead, and put
+        /// the image's context in target/shards/<its number> (template-sharded.yaml).
+        #[arg(long, requires = "image")]
+        shard: Option<PathBuf>,
+        /// The PreTraffic hook instead (template.yaml's PreTrafficHook): `pretraffic` and the
+        /// sample labelled over the references of the scorer's index (`FRAUD_REFERENCES`,
+        /// default resources/references.json.gz; their digest must be the index's).
+        #[arg(long, conflicts_with_all = ["image", "front"])]
+        hook: bool,
+        /// The front over shards instead (template-sharded.yaml's Front).
+        #[arg(long, conflicts_with = "image")]
+        front: bool,
     },
     /// Write template-image.yaml from template.yaml (the function as a container image).
     ImageTemplate,
@@ -48,12 +61,32 @@ pub fn run(args: Args) -> Result<()> {
             std::fs::write(root().join(image::TEMPLATE), image::from_zip_template(&zip)?)?;
             util::verdict("lambda image-template", true, image::TEMPLATE, &image::TEMPLATE)
         }
-        Some(Command::Build { artifacts_dir, image }) => {
+        Some(Command::Build { artifacts_dir, hook: true, .. }) => {
+            let dir = artifacts_dir.unwrap_or_else(|| util::target_dir().join("lambda-hook"));
+            let bin = util::build_static_bin("deploy-hook", "pretraffic", &[])?;
+            let figures = package::hook(&dir, &bin)?;
+            util::verdict("lambda build", true, &figures, &dir)
+        }
+        Some(Command::Build { artifacts_dir, front: true, .. }) => {
+            let dir = artifacts_dir.unwrap_or_else(|| util::target_dir().join("lambda-front"));
+            let bin = util::build_static_bin("fan-out", "front", &["fan-out/lambda"])?;
+            package::copy_bootstrap(&bin, &dir)?;
+            util::verdict("lambda build", true, &format!("front in {}", dir.display()), &dir)
+        }
+        Some(Command::Build { artifacts_dir, image, shard, .. }) => {
             let t = Instant::now();
+            if let Some(shard) = &shard {
+                // The shipped build embeds what this names (util::Shipped::last).
+                std::env::set_var("FRAUD_INDEX_ARTIFACT_IN", shard);
+            }
             let pkg = package::build(false)?;
             if image {
                 let dockerfile = root().join("docker/lambda-image/Dockerfile");
-                std::fs::copy(dockerfile, pkg.dir.parent().unwrap_or(&pkg.dir).join("Dockerfile"))?;
+                let context = match &shard {
+                    Some(shard) => package::shard_context(&pkg, shard)?,
+                    None => pkg.dir.parent().unwrap_or(&pkg.dir).to_path_buf(),
+                };
+                std::fs::copy(dockerfile, context.join("Dockerfile"))?;
                 if let Some(hint) = package::parameters_for(pkg.unzipped_bytes) {
                     log!("for this index deploy with --parameter-overrides {hint} (docs/LAMBDA.md, \"Packaging by size\")");
                 }

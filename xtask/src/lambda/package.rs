@@ -111,3 +111,79 @@ pub fn build(skip_build: bool) -> Result<Package> {
         index_beside,
     })
 }
+
+/// Copies a built binary to `dir/bootstrap` (what a custom runtime starts) and checks the copy.
+pub fn copy_bootstrap(bin: &Path, dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let dest = dir.join("bootstrap");
+    std::fs::copy(bin, &dest).with_context(|| format!("cannot copy to {}", dest.display()))?;
+    ensure!(util::sha256_file(&dest)? == util::sha256_file(bin)?, "{} differs", dest.display());
+    Ok(dest)
+}
+
+/// The image context of a shard's package: target/shards/<number>/ with the package's
+/// `bootstrap/` (template-sharded.yaml's Shard<number> builds it). Returns the directory.
+pub fn shard_context(pkg: &Package, shard: &Path) -> Result<PathBuf> {
+    let part = super::logs::identity(shard)?.part;
+    let number = part.strip_prefix("shard ").and_then(|p| p.split(' ').next());
+    let number = number.with_context(|| format!("{} is {part}, not a shard", shard.display()))?;
+    let context = util::target_dir().join("shards").join(number);
+    let _ = std::fs::remove_dir_all(&context);
+    let dir = context.join("bootstrap");
+    copy_bootstrap(&pkg.bootstrap, &dir)?;
+    if pkg.index_beside.is_some() {
+        util::ship_index(&pkg.index_artifact, &dir)?;
+    }
+    log!("shard {number}'s image context in {}", context.display());
+    Ok(context)
+}
+
+/// The PreTraffic hook in `dir`: `bin` (a build of `pretraffic`) as `bootstrap`, and
+/// `sample.json` labelled by the labeller over the references of the scorer's index, whose digest
+/// must be the index's (a sample of other references would fail a right index).
+pub fn hook(dir: &Path, bin: &Path) -> Result<String> {
+    copy_bootstrap(bin, dir)?;
+    let refs = std::env::var_os("FRAUD_REFERENCES")
+        .filter(|r| !r.is_empty())
+        .map_or_else(|| root().join("resources/references.json.gz"), PathBuf::from);
+    let index =
+        util::Shipped::last()?.index.context("no index built: run the scorer's build first")?;
+    let want = super::logs::identity(&index)?.references_sha256;
+    let got = decompressed_sha256(&refs)?;
+    ensure!(
+        got == want,
+        "{} (SHA-256 {got}) are not the references of the index {} ({want}): set FRAUD_REFERENCES",
+        refs.display(),
+        index.display()
+    );
+    let labeller = util::built("labeller")?;
+    let sample = dir.join("sample.json");
+    let paths = [("--references", refs.as_path()), ("--out", sample.as_path())];
+    util::run(&util::command(&labeller, "deploy-sample --any-references", &paths))?;
+    Ok(format!("hook and {} labelled over {}", sample.display(), refs.display()))
+}
+
+/// SHA-256 of a references file's JSON (decompressed when it ends in .gz), as the index records it.
+fn decompressed_sha256(path: &Path) -> Result<String> {
+    use sha2::Digest;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut reader: Box<dyn std::io::Read> = match path.extension() {
+        Some(e) if e == "gz" => Box::new(flate2::read::MultiGzDecoder::new(file)),
+        _ => Box::new(file),
+    };
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut reader, &mut hasher)?;
+    Ok(index_pack::format::hex(&hasher.finalize()))
+}
+
+/// The hook of the workspace build with the sample of the shipped index's references, in
+/// `<target>/xtask/lambda/hook` (what the gates run under the emulator; `sam build` ships the
+/// static build of the same source). Returns the directory.
+pub fn workspace_hook() -> Result<PathBuf> {
+    let dir = util::xtask_dir("lambda")?.join("hook");
+    let bin = util::target_dir().join(util::PROFILE).join("pretraffic");
+    ensure!(bin.exists(), "no {}: run `cargo xtask build` first", bin.display());
+    log!("{}", hook(&dir, &bin)?);
+    Ok(dir)
+}

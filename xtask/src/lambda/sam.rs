@@ -10,6 +10,9 @@ const SAM_CLI_VERSION: &str = "1.170.0";
 /// The function's logical id in template.yaml (and the Makefile's target).
 pub const FUNCTION: &str = "FraudScoreFunction";
 
+/// The template of a set split across functions: S shards and their front.
+pub const SHARDED: &str = "template-sharded.yaml";
+
 pub struct Tools {
     pub sam: PathBuf,
     pub rie: PathBuf,
@@ -41,9 +44,9 @@ impl Tools {
         duct::cmd(&self.sam, args).dir(root()).env("SAM_CLI_TELEMETRY", "0")
     }
 
-    /// `sam validate --lint` of both forms (zip and container image).
+    /// `sam validate --lint` of every template: zip, container image, shards and their front.
     pub fn validate(&self) -> Result<String> {
-        let said = ["template.yaml", super::image::TEMPLATE].map(|t| {
+        let said = ["template.yaml", super::image::TEMPLATE, SHARDED].map(|t| {
             Ok(util::read(&self.sam(&["validate", "--lint", "--template", t]))?.trim().to_string())
         });
         Ok(said.into_iter().collect::<Result<Vec<String>>>()?.join("; "))
@@ -72,7 +75,11 @@ pub fn defaults() -> Result<Settings> {
     Ok(Settings {
         memory_mb: get("FunctionMemoryMB")?.parse()?,
         timeout_s: get("FunctionTimeoutSeconds")?.parse()?,
-        prefault: get("PrefaultIndex")? == "1",
+        prefault: match get("PrefaultIndex")?.as_str() {
+            "auto" => None,
+            p => Some(p == "1"),
+        },
         cpus: None,
+        env: Vec::new(),
     })
 }
