@@ -4,7 +4,9 @@
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
-use super::probe::{haproxy_stat, ready_tcp, ready_unix, sample, wait_ready, Monitor, StatRow};
+use super::probe::{
+    self, haproxy_stat, ready_tcp, ready_unix, sample, wait_ready, Monitor, StatRow,
+};
 use super::{check, Common};
 use crate::prelude::*;
 use crate::util::Background;
@@ -207,6 +209,9 @@ pub struct LoadRun {
     pub k6_exit: Option<i32>,
     pub summary: Summary,
     pub containers: Vec<Container>,
+    /// The APIs' `/metrics` after the run (`None`: served none, or not our APIs).
+    #[serde(default)]
+    pub metrics: Option<probe::Counted>,
     pub problems: Vec<String>,
 }
 
@@ -232,6 +237,11 @@ pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRu
     let k6 = k6::start("fraud-test.js", env, &s.base)?;
     let (status, summary) = k6::finish(&k6, &s.base)?;
     let containers = s.containers()?;
+    let ours = s.compose.external.is_none() && !s.compose.apis.is_empty();
+    let metrics = match ours {
+        true => probe::api_metrics(&s.compose.socket_dir()?, &s.compose.apis)?,
+        false => None,
+    };
     let Session { mut problems, base, started, load_start: load_before, up, .. } = s;
     drop(up);
     problems.extend(containers.iter().filter_map(Container::trouble));
@@ -246,6 +256,7 @@ pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRu
         k6_exit,
         summary,
         containers,
+        metrics,
         problems,
     };
     let path = base.with_extension("json");

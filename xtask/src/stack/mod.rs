@@ -103,8 +103,19 @@ pub fn run(args: Args) -> Result<()> {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
             let r = load::load_run("stack", &Compose::stack(&common.overrides), &smoke())?;
-            let figures = format!("{}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
-            util::verdict("stack smoke", r.passed(), &figures, &r)
+            // The APIs' own counts of what they answered: every request sent, decided.
+            let answered = r.summary.requests - r.summary.errors;
+            let counted = r.metrics.is_some_and(|m| m.decisions == answered && m.rejected == 0);
+            let metrics = match r.metrics {
+                Some(m) => format!(
+                    "/metrics: {} decisions ({} approved), {} refusals, {} readiness checks",
+                    m.decisions, m.approved, m.rejected, m.ready
+                ),
+                None => "NO /metrics".into(),
+            };
+            let figures =
+                format!("{}, {metrics}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
+            util::verdict("stack smoke", r.passed() && counted, &figures, &r)
         }
         Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),

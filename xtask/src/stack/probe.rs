@@ -51,6 +51,54 @@ pub fn ready_unix(path: &Path, t: Duration) -> Probe {
     exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
 }
 
+/// What the APIs' `GET /metrics` counted, summed over them (`function::metrics`' names).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct Counted {
+    pub decisions: u64,
+    pub approved: u64,
+    pub rejected: u64,
+    pub ready: u64,
+}
+
+/// `GET /metrics` of each API on its own socket, read with a Prometheus text parser and
+/// summed; `None` for an API that serves none (`--metrics off`).
+pub fn api_metrics(socket_dir: &Path, apis: &[String]) -> Result<Option<Counted>> {
+    let mut sum = Counted::default();
+    for api in apis {
+        let mut s = UnixStream::connect(socket_dir.join(format!("{api}.sock")))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n")?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer)?;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        if !head.starts_with("HTTP/1.1 200") {
+            return Ok(None);
+        }
+        let lines = body.lines().map(|l| Ok(l.to_string()));
+        let scrape =
+            prometheus_parse::Scrape::parse(lines).with_context(|| format!("{api}'s /metrics"))?;
+        for sample in scrape.samples {
+            let n = match sample.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => {
+                    v as u64
+                }
+                _ => continue,
+            };
+            match sample.metric.as_str() {
+                "fraud_decisions_total" => {
+                    sum.decisions += n;
+                    sum.approved +=
+                        if sample.labels.get("approved") == Some("true") { n } else { 0 };
+                }
+                "fraud_requests_rejected_total" => sum.rejected += n,
+                "fraud_ready_requests_total" => sum.ready += n,
+                _ => {}
+            }
+        }
+    }
+    Ok(Some(sum))
+}
+
 /// Polls `probe` every 100 ms until it answers 2xx; fails after `limit` with the last answer.
 pub fn wait_ready(what: &str, limit: Duration, probe: impl Fn() -> Probe) -> Result<()> {
     util::poll(&format!("{what}: /ready 2xx"), limit, Duration::from_millis(100), || {
