@@ -5,6 +5,7 @@ pub mod ci;
 pub mod fuzz;
 pub mod lambda;
 pub mod scale;
+pub mod shards;
 pub mod stack;
 pub mod util;
 pub mod verify;

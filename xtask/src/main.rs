@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{ci, fuzz, lambda, scale, stack, util, verify};
+use xtask::{ci, fuzz, lambda, scale, shards, stack, util, verify};
 
 #[derive(Parser)]
 #[command(about = "The fraud scorer's harness: CI, verification, Lambda, contest stack, fuzzing")]
@@ -31,6 +31,9 @@ enum Command {
     /// A synthetic reference set of a few hundred thousand packed, embedded, served and held
     /// exact against the labeller (the path to other data, docs/SCALING.md).
     Scale(scale::Args),
+    /// A reference set split into shards, each a bootstrap under AWS's emulator, with a front
+    /// (`local-runner serve --shards`) serving HTTP until stopped.
+    Shards(shards::Args),
 }
 
 #[derive(clap::Args)]
@@ -67,6 +70,7 @@ fn main() -> Result<()> {
         Command::Stack(a) => stack::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::Scale(a) => scale::run(a),
+        Command::Shards(a) => shards::run(a),
     }
 }
 
