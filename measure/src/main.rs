@@ -5,6 +5,7 @@
 mod batch;
 mod bench;
 mod cold_start;
+mod fan_out;
 mod plot;
 mod sam_local;
 mod scale;
@@ -50,6 +51,9 @@ enum Command {
     /// The function over reference sets of other sizes: packing, search, exactness, the index
     /// in the binary, the Lambda's cold start; a record and a log-log chart (docs/SCALING.md).
     Scale(scale::Args),
+    /// The front over S shards under AWS's emulator (`cargo xtask shards`), warm and cold,
+    /// beside one shard invoked directly; the cost per million requests.
+    FanOut(fan_out::Args),
     /// The shipped build alone (what `scale` times under GNU time).
     #[command(hide = true)]
     ShippedBuild,
@@ -77,6 +81,7 @@ fn main() -> Result<()> {
         Command::SamLocal(a) => sam_local::run(a),
         Command::Bench => bench::run(),
         Command::Scale(a) => scale::run(a),
+        Command::FanOut(a) => fan_out::run(a),
         Command::ShippedBuild => xtask::util::build_shipped().map(drop),
     }
 }

@@ -37,38 +37,47 @@ impl Drop for Running {
     }
 }
 
-/// Splits `references` into `count` shards, builds each one's bootstrap and serves them under
-/// the emulator with a front on `listen`; returns once the front answers `/ready`.
-pub fn start(references: &Path, count: u32, listen: &str) -> Result<Running> {
+/// Splits `references` into `count` shards and builds each one's bootstrap; returns the
+/// directories the emulator serves them from, in shard order.
+pub fn prepare(references: &Path, count: u32) -> Result<Vec<PathBuf>> {
     let dir = util::xtask_dir("shards")?.join(count.to_string());
     let index_pack = util::built("index-pack")?;
     log!("shards: {} split in {count}", references.display());
     let words = format!("split --count {count} --accept-any-references");
     let paths = [("--references", references), ("--output-dir", dir.as_path())];
     util::run(&util::command(&index_pack, &words, &paths))?;
-    let rie = Tools::ensure()?.rie;
-    let mut shards = Vec::new();
-    for k in 0..count {
+    let each = (0..count).map(|k| {
         let shard = dir.join(format!("shard-{k}-of-{count}.idx"));
         log!("shards: bootstrap of shard {k} ({})", shard.display());
         let build = util::cargo_workspace("build", &["--bin", "bootstrap"]);
         util::run(&build.env("FRAUD_INDEX_ARTIFACT_IN", &shard))?;
-        let bootstrap = util::target_dir().join(util::PROFILE).join("bootstrap");
         let served = dir.join(k.to_string());
-        package::copy_bootstrap(&bootstrap, &served)?;
-        // The shards' settings in template-sharded.yaml: the index read at init when it fits.
-        let env = vec![("FRAUD_LAMBDA_ROLE".to_string(), "shard".to_string())];
-        let settings = Settings { memory_mb: 3072, timeout_s: 10, env, ..Settings::default() };
-        shards.push(Emulator::start(&rie, &served, &settings, &served.join("rie.log"))?);
-    }
+        package::copy_bootstrap(
+            &util::target_dir().join(util::PROFILE).join("bootstrap"),
+            &served,
+        )?;
+        Ok(served)
+    });
+    each.collect()
+}
+
+/// Serves each prepared shard under the emulator (fresh environments: the first query initialises
+/// them) with a front on `listen`; returns once the front answers `/ready`.
+pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
+    let rie = Tools::ensure()?.rie;
+    // The shards' settings in template-sharded.yaml: the index read at init when it fits.
+    let env = vec![("FRAUD_LAMBDA_ROLE".to_string(), "shard".to_string())];
+    let settings = Settings { memory_mb: 3072, timeout_s: 10, env, ..Settings::default() };
+    let start = |d: &PathBuf| Emulator::start(&rie, d, &settings, &d.join("rie.log"));
+    let shards = shard_dirs.iter().map(start).collect::<Result<Vec<_>>>()?;
     let targets: Vec<String> = shards
         .iter()
         .map(|s| format!("{}#function", s.url.split("/2015-03-31").next().unwrap_or(&s.url)))
         .collect();
     let local_runner = util::built("local-runner")?;
     let front = cmd!(&local_runner, "serve", "--listen", listen, "--shards", targets.join(","));
-    let front =
-        util::to_log(front.env("AWS_REGION", "us-east-1"), &dir.join("front.log")).start()?;
+    let log = shard_dirs[0].with_file_name("front.log");
+    let front = util::to_log(front.env("AWS_REGION", "us-east-1"), &log).start()?;
     let running = Running { shards, front, listen: listen.to_string() };
     let (agent, url) = (util::http_agent(Duration::from_secs(5)), format!("http://{listen}/ready"));
     util::poll("the front's /ready", Duration::from_secs(30), Duration::from_millis(100), || {
@@ -78,13 +87,14 @@ pub fn start(references: &Path, count: u32, listen: &str) -> Result<Running> {
             Err(e) => Err(e.to_string()),
         })
     })?;
-    log!("shards: the front serves http://{listen} over {count} shards ({})", targets.join(", "));
+    let n = shard_dirs.len();
+    log!("shards: the front serves http://{listen} over {n} shards ({})", targets.join(", "));
     Ok(running)
 }
 
 pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
-    let running = start(&a.references, a.count, &a.listen)?;
+    let running = serve(&prepare(&a.references, a.count)?, &a.listen)?;
     if !a.check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.wait();
