@@ -7,6 +7,7 @@
 //! `MIXED=1` keeps only the payloads whose vote is mixed.)
 //! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
 //! (`JSON=1` ends with one JSON line of the figures: `cargo measure scale` reads it.)
+//! (`DELTA_FILE=path` searches a delta with the index it extends: what a delta costs.)
 
 use function::search::{SearchParams, Searcher};
 use function::{payload, vector};
@@ -51,7 +52,22 @@ fn main() {
         None => function::index::load(mode).unwrap(),
     };
     let params = SearchParams { park, prefetch };
-    let searcher = Searcher::new(idx, params);
+    // DELTA_FILE=path searches a delta (`index-pack delta`) with the index it extends.
+    let delta = std::env::var_os("DELTA_FILE")
+        .map(|p| index_pack::format::aligned_copy(&std::fs::read(p).unwrap()));
+    let deltas: Vec<_> = delta
+        .iter()
+        .map(|b| index_pack::format::open_with_footer(b).unwrap())
+        .collect();
+    let searcher = match (&file, deltas.is_empty()) {
+        (_, true) => Searcher::new(idx, params),
+        (Some(bytes), false) => Searcher::new(idx, params)
+            .with_deltas(index_pack::format::Footer::read(bytes).unwrap(), &deltas)
+            .unwrap(),
+        (None, false) => Searcher::new(idx, params)
+            .with_deltas(function::index::footer().unwrap(), &deltas)
+            .unwrap(),
+    };
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
     // other processes leave behind between two requests of a served API.
     let mut evict =

@@ -42,6 +42,7 @@ impl Input {
                 format_version: format::FORMAT_VERSION,
                 archive_len: archive.len() as u64,
                 crc32: crc32fast::hash(&archive),
+                base_crc32: format::Footer::read(&good).map_or(0, |f| f.base_crc32),
             };
             artifact.extend_from_slice(&footer.to_bytes());
         } else {

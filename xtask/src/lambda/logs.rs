@@ -31,8 +31,10 @@ pub struct Log {
     /// `Duration` of each `REPORT` line, in invocation order.
     pub durations_ms: Vec<f64>,
     pub lines: Vec<Line>,
-    /// The Embedded Metric Format documents (`{"_aws": ...}`), in order.
+    /// The Embedded Metric Format documents (`{"_aws": ...}`), in order, and their bytes (what
+    /// CloudWatch Logs ingests for them, newlines included).
     pub emf: Vec<EmfDocument>,
+    pub emf_bytes: usize,
     /// Lines that are neither the bootstrap's JSON nor the emulator's own.
     other: Vec<String>,
     /// A runtime exit or a panic.
@@ -60,7 +62,10 @@ impl Log {
             log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
             if l.starts_with(r#"{"_aws":"#) {
                 match serde_json::from_str::<EmfDocument>(l) {
-                    Ok(doc) => log.emf.push(doc),
+                    Ok(doc) => {
+                        log.emf.push(doc);
+                        log.emf_bytes += l.len() + 1;
+                    }
                     Err(_) => log.other.push(l.to_string()),
                 }
                 continue;
