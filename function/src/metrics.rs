@@ -171,15 +171,24 @@ impl Counters {
             };
             serde_json::to_string(&doc).expect("an EMF document serializes")
         };
+        // CloudWatch takes no empty dimension value: a process that knows no index of its own
+        // (the front over shards) counts by function only.
+        let (dimensions, index_member) = match label.is_empty() {
+            true => (vec![vec!["Function"]], None),
+            false => (
+                vec![vec!["Function"], vec!["Function", "Index"]],
+                Some(("Index", label.clone().into())),
+            ),
+        };
+        let counts = [
+            ("Approved", self.approved().into()),
+            ("Denied", self.denied().into()),
+            ("Rejected", self.rejected_total().into()),
+        ];
         let mut out = vec![document(
-            vec![vec!["Function"], vec!["Function", "Index"]],
+            dimensions,
             &["Approved", "Denied", "Rejected"],
-            vec![
-                ("Index", label.clone().into()),
-                ("Approved", self.approved().into()),
-                ("Denied", self.denied().into()),
-                ("Rejected", self.rejected_total().into()),
-            ],
+            index_member.into_iter().chain(counts).collect(),
         )];
         for (frauds, &n) in self.decisions.iter().enumerate().filter(|(_, &n)| n > 0) {
             let score = format!("{:.1}", Decision::new(frauds).fraud_score());
@@ -388,5 +397,22 @@ mod tests {
         let mut doc: EmfDocument = serde_json::from_str(&lines[0]).unwrap();
         doc.members.remove("Denied");
         assert!(doc.metrics().is_err());
+    }
+
+    /// The front over shards knows no index of its own: no document may carry an empty
+    /// dimension value (CloudWatch drops such a metric).
+    #[test]
+    fn without_an_index_the_counts_go_by_function_only() {
+        for line in counted().emf("front", &[], 1_700_000_000_000) {
+            let doc: EmfDocument = serde_json::from_str(&line).unwrap();
+            for m in doc.metrics().unwrap() {
+                assert!(
+                    m.dimensions
+                        .iter()
+                        .all(|(k, v)| !v.is_empty() && k != "Index"),
+                    "{line}"
+                );
+            }
+        }
     }
 }

@@ -118,7 +118,7 @@ pub fn cold_starts(
             let settings = Settings { prefault: Some(mode == Mode::Prefault), ..defaults.clone() };
             let log = util::xtask_dir("lambda")?.join(format!("cold-{i}-{mode:?}.log"));
             drop_caches()?;
-            let run = emulator::session(&tools.rie, &pkg.dir, &settings, log, &bodies)?;
+            let run = emulator::session(&tools.rie, &pkg.dir, &settings, &log, &bodies)?;
             starts.push(one_start(&run, &cases, contest, &want, (i, mode))?);
         }
     }

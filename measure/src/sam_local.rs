@@ -44,13 +44,6 @@ fn parameter(s: &str) -> Result<String, String> {
 const STAND_IN: &str = "fraud-lambda-base:local";
 const BASE: [&str; 3] = ["--skip-pull-image", "--invoke-image", STAND_IN];
 
-#[derive(Serialize)]
-struct Invoked {
-    event: String,
-    ok: bool,
-    detail: String,
-}
-
 pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     let tools = Tools::ensure()?;
@@ -97,6 +90,13 @@ pub fn run(a: Args) -> Result<()> {
     let figures = format!("{passed}/{n} events answered as expected by sam local invoke (bootstrap sha256 {sha}); sam local start-api: {api}; {s:.0} s");
     let detail = serde_json::json!({"invoked": results, "start_api": api});
     util::verdict("measure sam-local", passed == n && api_ok, &figures, &detail)
+}
+
+#[derive(Serialize)]
+struct Invoked {
+    event: String,
+    ok: bool,
+    detail: String,
 }
 
 /// The image form: the shipped bootstrap packaged with the image's Dockerfile, then `sam build`
@@ -254,8 +254,7 @@ fn stand_in_image() -> Result<()> {
     fs.file("lambda-entrypoint.sh", &base.join("lambda-entrypoint.sh"), 0o755);
     let ctx = util::target_dir().join("lambda-base");
     let _ = std::fs::remove_dir_all(&ctx);
-    fs.write(&ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &base.join("Dockerfile"), image)?;
+    fs.docker_build(&ctx, &base.join("Dockerfile"), image)?;
     log!("built the stand-in base image {image}");
     Ok(())
 }

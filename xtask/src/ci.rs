@@ -14,9 +14,8 @@ pub struct Args {
     quick: bool,
 }
 
-/// The steps: cheap checks, the builds, the gates on them. A step is `cargo ...`, `xtask ...` (this
-/// binary) or `workspace <command> ...` (`util::cargo_workspace`: the workspace build's units).
-fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
+/// Cheap checks, builds, gates: `cargo ..`, `xtask ..` (this binary) or `workspace <command> ..`.
+pub fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
     let fmt = ("fmt", "cargo fmt --all -- --check");
     // Every target compiled once, with clippy's lints (-D warnings) on every workspace crate.
     let build = ("build", "xtask build");
@@ -24,6 +23,8 @@ fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
         let (test, verify) = ("workspace test --lib --bins", "xtask verify --public");
         return vec![fmt, build, ("test", test), ("verify", verify)];
     }
+    let submission =
+        "xtask stack submission --no-build --test --image 127.0.0.1:5000/fraud-api:test";
     vec![
         fmt,
         build,
@@ -43,18 +44,14 @@ fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
         ("stack attack", "xtask stack attack --no-build --seconds 8"),
         // Pushed to Debian's registry on loopback (started by the step); it removes the local
         // images (pulled back from the registry, retagged).
-        (
-            "stack submission",
-            "xtask stack submission --no-build --test --image 127.0.0.1:5000/fraud-api:test",
-        ),
+        ("stack submission", submission),
         // Last: it rebuilds the workspace's local-runner around a synthetic index.
         ("scale", "xtask scale"),
     ]
 }
 
-/// A step's command in the workspace root (`me`: this binary); cargo named as a string is looked
-/// up on PATH (duct runs a one-component `Path` from the working directory).
-fn command(line: &str, me: &Path) -> duct::Expression {
+/// A step's command (`me`: this binary); cargo as a string, found on PATH (a `Path` would not be).
+pub fn command(line: &str, me: &Path) -> duct::Expression {
     let words: Vec<&str> = line.split(' ').collect();
     match words[0] {
         "cargo" => duct::cmd("cargo", &words[1..]),
@@ -65,10 +62,10 @@ fn command(line: &str, me: &Path) -> duct::Expression {
 }
 
 #[derive(Debug, PartialEq, Serialize)]
-struct Outcome {
-    name: &'static str,
-    passed: bool,
-    seconds: f64,
+pub struct Outcome {
+    pub name: &'static str,
+    pub passed: bool,
+    pub seconds: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -77,10 +74,8 @@ pub fn run(args: Args) -> Result<()> {
     let only = |s: &&(&str, &str)| args.only.as_deref().is_none_or(|o| s.0.contains(o));
     for (name, line) in steps(args.quick).iter().filter(only) {
         log!("== ci: {name} ==");
-        let (t, result) = (Instant::now(), command(line, &me).run());
-        if let Err(err) = &result {
-            log!("ci: {name} failed: {err}");
-        }
+        let t = Instant::now();
+        let result = command(line, &me).run().inspect_err(|e| log!("ci: {name} failed: {e}"));
         done.push(Outcome { name, passed: result.is_ok(), seconds: t.elapsed().as_secs_f64() });
     }
     let passed = done.iter().all(|s| s.passed);
@@ -89,44 +84,8 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// `fmt ok 3 s, build FAILED 80 s, ...; 1200 s in all`.
-fn figures(done: &[Outcome], total_s: f64) -> String {
-    let each = util::list(done, |s| {
-        format!("{} {} {:.0} s", s.name, if s.passed { "ok" } else { "FAILED" }, s.seconds)
-    });
+pub fn figures(done: &[Outcome], total_s: f64) -> String {
+    let ok = |s: &Outcome| if s.passed { "ok" } else { "FAILED" };
+    let each = util::list(done, |s| format!("{} {} {:.0} s", s.name, ok(s), s.seconds));
     format!("{each}; {total_s:.0} s in all")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_steps_and_their_order() {
-        let names = |quick| util::list(steps(quick), |s| s.0.to_string());
-        assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission, scale");
-        assert_eq!(names(true), "fmt, build, test, verify");
-        let (s, quick) = (steps(false), steps(true));
-        assert_eq!(
-            [s[1].1, s[2].1, quick[2].1],
-            ["xtask build", "workspace test", "workspace test --lib --bins"]
-        );
-        assert_eq!(quick[3].1, "xtask verify --public");
-        let me = Path::new("/no/xtask");
-        let shown = |line| format!("{:?}", command(line, me));
-        assert!(shown("xtask verify --public").contains(r#"["/no/xtask", "verify", "--public"]"#));
-        let workspace = shown("workspace test --lib");
-        assert!(
-            workspace
-                .contains(r#""test", "--profile", "ci", "--workspace", "--all-features", "--lib""#),
-            "{workspace}"
-        );
-        // A cargo step runs the cargo found on PATH (a one-component `Path` would not be).
-        let out = command("cargo --version", me).read().unwrap();
-        assert!(out.starts_with("cargo "), "{out}");
-        let done = [
-            Outcome { name: "fmt", passed: true, seconds: 2.6 },
-            Outcome { name: "test", passed: false, seconds: 100.2 },
-        ];
-        assert_eq!(figures(&done, 103.0), "fmt ok 3 s, test FAILED 100 s; 103 s in all");
-    }
 }

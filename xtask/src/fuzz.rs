@@ -9,7 +9,7 @@ pub struct Args {
 }
 
 #[derive(clap::Subcommand, Clone, Debug, PartialEq)]
-enum Mode {
+pub enum Mode {
     /// Every committed seed, then a fixed count of mutations with seed 1 (what CI runs).
     Ci {
         /// Executions per target after the seeds.
@@ -32,17 +32,17 @@ enum Mode {
 }
 
 #[derive(Default, Serialize)]
-struct TargetRun {
-    target: String,
-    passed: bool,
-    exit: Option<i32>,
-    seconds: f64,
-    executions: Option<u64>,
-    per_second: Option<u64>,
-    peak_rss_mb: Option<u64>,
-    new_corpus_files: usize,
-    seeds: usize,
-    log: String,
+pub struct TargetRun {
+    pub target: String,
+    pub passed: bool,
+    pub exit: Option<i32>,
+    pub seconds: f64,
+    pub executions: Option<u64>,
+    pub per_second: Option<u64>,
+    pub peak_rss_mb: Option<u64>,
+    pub new_corpus_files: usize,
+    pub seeds: usize,
+    pub log: String,
 }
 
 /// On nightly when there is one, else stable (same sanitizer runtimes) with RUSTC_BOOTSTRAP=1.
@@ -76,10 +76,8 @@ pub fn run(args: Args) -> Result<()> {
     let targets = only.map_or_else(|| listed.lines().map(Into::into).collect(), |t| vec![t]);
     // The CI's fixed counts run side by side, one target per core (each fuzzer is one thread,
     // and its count and seed fix what it executes); long runs stay one at a time, pinned.
-    let workers = match args.mode {
-        Mode::Ci { .. } => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        _ => 1,
-    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = if matches!(args.mode, Mode::Ci { .. }) { cores } else { 1 };
     let queue = std::sync::Mutex::new(targets.iter().enumerate());
     let work = || -> Vec<_> {
         let next = std::iter::from_fn(|| queue.lock().unwrap().next());
@@ -94,7 +92,7 @@ pub fn run(args: Args) -> Result<()> {
     util::verdict(name, runs.iter().all(|r| r.passed), &figures(&runs), &runs)
 }
 
-fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) -> Vec<String> {
+pub fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) -> Vec<String> {
     // libFuzzer executes every seed before it counts mutations toward `-runs`.
     let mut a = vec![match mode {
         Mode::Ci { runs } => format!("-runs={runs}"),
@@ -112,9 +110,8 @@ fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) 
     a
 }
 
-fn stat(log: &str, key: &str) -> Option<u64> {
-    let prefix = format!("stat::{key}:");
-    log.lines().rev().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+pub fn stat(log: &str, key: &str) -> Option<u64> {
+    log.lines().rev().find_map(|l| l.strip_prefix(&format!("stat::{key}:"))?.trim().parse().ok())
 }
 
 fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
@@ -125,17 +122,16 @@ fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
     };
     if pin.is_none() {
         // What an earlier run found must not change what this one executes.
-        let _ = std::fs::remove_dir_all(dir.join(&work));
+        let _ = fs::remove_dir_all(dir.join(&work));
     }
     let (artifacts, seeds) = (format!("artifacts/{target}"), format!("corpus/{target}"));
     for d in [&work, &artifacts, &seeds, "work/logs"] {
-        std::fs::create_dir_all(dir.join(d))?;
+        fs::create_dir_all(dir.join(d))?;
     }
-    let max_len = std::fs::read_to_string(dir.join(format!("options/{target}.max_len"))).ok();
+    let max_len = fs::read_to_string(dir.join(format!("options/{target}.max_len"))).ok();
     let dict = dir.join(format!("dict/{target}.dict")).exists();
     let lib_args = libfuzzer_args(target, mode, dict, max_len.as_deref());
-    // Long runs stay on one core at low priority; a backstop `timeout` ends a fuzzer that stops
-    // reporting (libFuzzer itself stops at its budget).
+    // Long runs: one core, low priority; a backstop `timeout` ends a fuzzer that stops reporting.
     let mut wrapper = vec!["timeout".to_string(), backstop.to_string()];
     if let Some(cpu) = pin {
         wrapper.extend(["taskset", "-c", &cpu.to_string(), "nice", "-n", "10"].map(String::from));
@@ -148,7 +144,7 @@ fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
     let e = util::to_log(cargo_fuzz(nightly, &wrapper, &run_args.concat()), &log_path);
     let status = e.unchecked().run().context("cannot start cargo fuzz")?.status;
     let seconds = t.elapsed().as_secs_f64();
-    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let text = fs::read_to_string(&log_path).unwrap_or_default();
     let (executions, peak_rss_mb) =
         (stat(&text, "number_of_executed_units"), stat(&text, "peak_rss_mb"));
     let passed = status.success() && executions.is_some();
@@ -157,21 +153,20 @@ fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
         let lines: Vec<&str> = text.lines().collect();
         eprintln!("{}", lines[lines.len().saturating_sub(60)..].join("\n"));
     }
-    let count = |d: &str| std::fs::read_dir(dir.join(d)).map_or(0, |d| d.flatten().count());
+    let count = |d: &str| fs::read_dir(dir.join(d)).map_or(0, |d| d.flatten().count());
     let (new_corpus_files, seeds) = (count(&work), count(&seeds));
     let show = |v: Option<u64>| v.map_or("?".into(), |e| e.to_string());
     let (execs, ok, peak) =
         (show(executions), if passed { "ok" } else { "FAILED" }, show(peak_rss_mb));
     log!("fuzz {target}: {ok}, {execs} executions in {seconds:.0} s, corpus {new_corpus_files} new + {seeds} seeds, peak RSS {peak} MB");
     let (target, exit, log) = (target.into(), status.code(), log_path.display().to_string());
-    let per_second = executions.map(|e| (e as f64 / seconds.max(1.0)) as u64);
     Ok(TargetRun {
         target,
         passed,
         exit,
         seconds,
         executions,
-        per_second,
+        per_second: executions.map(|e| (e as f64 / seconds.max(1.0)) as u64),
         peak_rss_mb,
         new_corpus_files,
         seeds,
@@ -180,44 +175,9 @@ fn run_target(nightly: bool, target: &str, mode: &Mode) -> Result<TargetRun> {
 }
 
 /// `http 20512 execs (680/s), payload ...`.
-fn figures(runs: &[TargetRun]) -> String {
+pub fn figures(runs: &[TargetRun]) -> String {
     util::list(runs, |r| {
         let execs = r.executions.map_or("?".into(), |e| e.to_string());
         format!("{} {execs} execs ({}/s)", r.target, r.per_second.unwrap_or(0))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ci_runs_are_fixed_and_seeded_long_runs_timed() {
-        let ci = libfuzzer_args("http", &Mode::Ci { runs: 20_000 }, true, Some("4096\n"));
-        assert_eq!((ci[0].as_str(), ci.last().unwrap().as_str()), ("-runs=20000", "-max_len=4096"));
-        assert!(["-seed=1", "-use_cmp=0", "-dict=dict/http.dict"]
-            .iter()
-            .all(|a| ci.contains(&a.to_string())));
-        let mode = Mode::Long { seconds: 1800, target: None, cpu: 0 };
-        let long = libfuzzer_args("index", &mode, false, None);
-        assert_eq!(long[0], "-max_total_time=1800");
-        assert!(!long.iter().any(|a| a.starts_with("-seed") || a.starts_with("-dict")));
-        assert!(long.contains(&"-artifact_prefix=artifacts/index/".into()));
-    }
-
-    #[test]
-    fn final_statistics_are_read_and_shown() {
-        let log = "#2 INITED\nstat::number_of_executed_units: 20512\nstat::peak_rss_mb: 98\n";
-        assert_eq!(
-            (stat(log, "number_of_executed_units"), stat(log, "peak_rss_mb")),
-            (Some(20512), Some(98))
-        );
-        assert_eq!(stat("==1==ERROR: AddressSanitizer", "peak_rss_mb"), None);
-        let run = |target: &str, executions: Option<u64>| {
-            let (target, per_second) = (target.into(), executions.map(|e| e / 30));
-            TargetRun { target, executions, per_second, ..TargetRun::default() }
-        };
-        let shown = figures(&[run("http", Some(21_000)), run("index", None)]);
-        assert_eq!(shown, "http 21000 execs (700/s), index ? execs (0/s)");
-    }
 }

@@ -1,7 +1,7 @@
-//! `cargo xtask scale` (docs/SCALING.md, CI-sized): a synthetic set packed, embedded by the linker,
-//! held exact against the labeller, shipped beside the binary (which refuses other files), served.
-//! It rebuilds the workspace's `local-runner` around that index (CI runs it last).
+//! `cargo xtask scale` (docs/SCALING.md, CI-sized): a synthetic set packed, embedded, held exact,
+//! shipped beside the binary (which refuses other files), served; CI runs it last (it rebuilds).
 
+use crate::lambda::{hook, package, sam};
 use crate::prelude::*;
 use crate::util::Served;
 use index_pack::report::{Neighbours, Packed};
@@ -35,22 +35,18 @@ pub fn pack(index_pack: &Path, refs: &Path, out: &Path) -> Result<Packed> {
     util::last_json(&out, "index-pack build")
 }
 
-/// `local-runner verify --neighbours` over `refs` (the search of `index`, else of the embedded
-/// one) of [`GENERATED`] and [`ADVERSARIAL`] queries from `seed`.
+/// `local-runner verify --neighbours` over `refs` (of `index`, else the embedded one) from `seed`.
 pub fn neighbours(bin: &Path, refs: &Path, index: Option<&Path>, seed: u64) -> Result<Neighbours> {
     let paths: Vec<_> =
         [("--references", refs)].into_iter().chain(index.map(|i| ("--index", i))).collect();
     neighbours_of(bin, &paths, seed)
 }
 
-/// [`neighbours`] of any indexes and references `local-runner verify` takes (`--shard`,
-/// `--delta`, one `--references` per part).
+/// [`neighbours`] of any parts `local-runner verify` takes (`--shard`, `--delta`, `--references`).
 pub fn neighbours_of(bin: &Path, paths: &[(&str, &Path)], seed: u64) -> Result<Neighbours> {
     let words = format!("verify {} --neighbours --sample 0 --generated {GENERATED} --adversarial {ADVERSARIAL} --seed {seed}", util::TEST_SET);
-    util::last_json(
-        &util::read(&util::command(bin, &words, paths))?,
-        "local-runner verify --neighbours",
-    )
+    let out = util::read(&util::command(bin, &words, paths))?;
+    util::last_json(&out, "local-runner verify --neighbours")
 }
 
 /// Every query compared, and no difference.
@@ -66,8 +62,7 @@ struct Report {
     build_s: f64,
     neighbours: Neighbours,
     file_build_s: f64,
-    /// What the file form said when handed a file of another length, then the artifact with
-    /// another footer (it must refuse both).
+    /// What the file form said of a file of another length, then of another footer (refusals).
     file_form_refusals: Vec<String>,
     served: usize,
     served_wrong: usize,
@@ -76,8 +71,7 @@ struct Report {
     shards: Neighbours,
     /// A delta of [`DELTA`] new references searched with the index as its base.
     delta: Neighbours,
-    /// The PreTraffic hook (its sample labelled over the contest's references) against the
-    /// bootstrap with this set's index: what it reported, and the first wrong answer it named.
+    /// The hook (its sample the contest's) against this set's bootstrap: its report, first wrong.
     hook_status: Option<String>,
     hook_first_wrong: Option<String>,
 }
@@ -86,8 +80,7 @@ struct Report {
 const DELTA: usize = 30_000;
 
 pub fn run(a: Args) -> Result<()> {
-    let t = Instant::now();
-    let dir = util::xtask_dir("scale")?;
+    let (t, dir) = (Instant::now(), util::xtask_dir("scale")?);
     let (refs, index, tests) =
         (dir.join("references.json.gz"), dir.join("index.idx"), dir.join("tests.json.gz"));
     let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
@@ -100,7 +93,7 @@ pub fn run(a: Args) -> Result<()> {
     let paths = [("--references", refs.as_path()), ("--out", &tests)];
     util::run(&util::command(&labeller, &words, &paths))?;
     // The hook's sample is the shipped index's: labelled before this set's index is built.
-    let hook_dir = crate::lambda::package::workspace_hook()?;
+    let hook_dir = package::workspace_hook()?;
     log!("scale: local-runner and bootstrap with the synthetic index embedded");
     // Embedded the way large indexes are (`.incbin` in a section of its own), so that CI
     // exercises that form too; the contest's index takes `include_bytes_aligned!`.
@@ -109,17 +102,14 @@ pub fn run(a: Args) -> Result<()> {
     r.neighbours = neighbours(&local_runner, &refs, None, a.seed)?;
     log!("scale: the PreTraffic hook against a bootstrap of another index than its sample's");
     let scorer = dir.join("scorer");
-    let bootstrap = util::target_dir().join(util::PROFILE).join("bootstrap");
-    crate::lambda::package::copy_bootstrap(&bootstrap, &scorer)?;
-    let rie = crate::lambda::sam::Tools::ensure()?.rie;
-    let run = crate::lambda::hook::run(&rie, &scorer, &hook_dir, &dir)?;
+    package::copy_bootstrap(&util::target_dir().join(util::PROFILE).join("bootstrap"), &scorer)?;
+    let run = hook::run(&sam::Tools::ensure()?.rie, &scorer, &hook_dir, &dir)?;
     r.hook_status = run.status().map(String::from);
     r.hook_first_wrong = run.answer["first_wrong"].as_str().map(String::from);
     log!("scale: 3 shards of the set, and a delta of {DELTA} references over it");
     let shards = dir.join("shards");
-    let words = "split --count 3 --accept-any-references";
     let paths = [("--references", refs.as_path()), ("--output-dir", &shards)];
-    util::run(&util::command(&index_pack, words, &paths))?;
+    util::run(&util::command(&index_pack, "split --count 3 --accept-any-references", &paths))?;
     let shard = |k| shards.join(format!("shard-{k}-of-3.idx"));
     let (s0, s1, s2) = (shard(0), shard(1), shard(2));
     let paths =
@@ -138,26 +128,16 @@ pub fn run(a: Args) -> Result<()> {
     r.delta = neighbours_of(&local_runner, &paths, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;
     let served = Served::start(&beside, &dir.join("serve.log"))?;
-    let (agent, base) = (util::http_agent(Duration::from_secs(5)), served.url(""));
-    for e in util::entries_of(&tests)? {
-        r.served += 1;
-        if let Err(why) = e.score(&agent, &base) {
-            r.served_wrong += 1;
-            r.first_wrong.get_or_insert(why);
-        }
-    }
+    let entries = util::entries_of(&tests)?;
+    (r.served_wrong, r.first_wrong) = util::score_all(&entries, &served.url(""));
+    r.served = entries.len();
     drop(served);
     let nb = &r.neighbours;
     let refused = matches!(&r.file_form_refusals[..], [length, footer]
         if length.contains("built with an index of") && footer.contains("its footer"));
     let hook_failed = r.hook_status.as_deref() == Some("Failed") && r.hook_first_wrong.is_some();
-    let passed = exact(nb)
-        && refused
-        && r.served == a.served
-        && r.served_wrong == 0
-        && exact(&r.shards)
-        && exact(&r.delta)
-        && hook_failed;
+    let searched = exact(nb) && exact(&r.shards) && exact(&r.delta);
+    let answered = r.served == a.served && r.served_wrong == 0;
     let hook = match (&r.hook_status, &r.hook_first_wrong) {
         (Some(s), Some(w)) => format!("{s}, first wrong {w}"),
         (s, _) => format!("{s:?} WITHOUT A WRONG ANSWER NAMED"),
@@ -168,11 +148,10 @@ pub fn run(a: Args) -> Result<()> {
         if refused { "other files refused" } else { "OTHER FILES NOT REFUSED" },
         r.served - r.served_wrong, r.served, r.shards.differences(), r.delta.differences(), t.elapsed().as_secs_f64()
     );
-    util::verdict("scale", passed, &figures, &r)
+    util::verdict("scale", searched && refused && answered && hook_failed, &figures, &r)
 }
 
-/// Builds the workspace's `local-runner` and `bootstrap` around `index` in the given form; its
-/// seconds.
+/// Builds the workspace's `local-runner` and `bootstrap` around `index` in `form`; the seconds.
 fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
     let t = Instant::now();
     let build = util::cargo_workspace("build", &["--bin", "local-runner", "--bin", "bootstrap"]);
@@ -180,30 +159,27 @@ fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// `local-runner` in the file form, shipped with `index` beside it in a directory of its own;
-/// it must refuse another file (`other`) and the artifact with its footer changed.
+/// `local-runner` shipped with `index` beside it; it must refuse `other` and a changed footer.
 fn ship_beside(index: &Path, other: &Path, r: &mut Report) -> Result<PathBuf> {
     log!("scale: the same index shipped beside local-runner (FRAUD_INDEX_EMBED=file)");
     r.file_build_s = build_local_runner(index, "file")?;
     let dir = util::xtask_dir("scale")?.join("beside");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
     let binary = dir.join("local-runner");
-    std::fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
+    fs::copy(util::target_dir().join(util::PROFILE).join("local-runner"), &binary)?;
     util::ship_index(index, &dir)?;
     // The same length with the first byte of the footer's CRC32 changed: only the footer tells.
-    let mut altered = std::fs::read(index)?;
+    let mut altered = fs::read(index)?;
     let at = altered.len() - index_pack::format::FOOTER_LEN + 12;
     altered[at] ^= 1;
     let altered_path = dir.join("altered.idx");
-    std::fs::write(&altered_path, altered)?;
+    fs::write(&altered_path, altered)?;
     for other in [other, altered_path.as_path()] {
         let e = cmd!(&binary, "selftest").env("FRAUD_INDEX_FILE", other).stderr_to_stdout();
         let out = e.stdout_capture().unchecked().run()?;
-        let said = match out.status.success() {
-            true => "answered".to_string(),
-            false => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").into(),
-        };
+        let first = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+        let said = if out.status.success() { "answered".to_string() } else { first };
         log!("scale: handed {}, it says: {said}", other.display());
         r.file_form_refusals.push(said);
     }

@@ -2,33 +2,32 @@
 //! the `labeller` crate's, the recorded hostile answers current (`--public`: the public answers).
 
 use crate::prelude::*;
+use crate::scale::{ADVERSARIAL, GENERATED};
 use crate::util::TEST_SET;
 use index_pack::report::{Answers, Neighbours};
 
-const PUBLIC: u64 = 54_100;
+pub const PUBLIC: u64 = 54_100;
 const FINAL: (&str, u64) = ("tests/data/final-test-data.csv.gz", 72_100);
 const HOSTILE: &str = "local-runner/tests/data/hostile-valid.json";
 
-/// Payloads compared at the neighbour level: public, generated and adversarial (from `SEED`).
+/// Public payloads compared at the neighbour level, beside generated and adversarial ones (`SEED`).
 const SAMPLE: u64 = 2_000;
-const GENERATED: u64 = 2_000;
-const ADVERSARIAL: u64 = 500;
 const SEED: u64 = 2026;
-
-#[derive(Serialize, Default)]
-struct Gathered {
-    answers: Answers,
-    answers_wall_s: f64,
-    final_answers: Answers,
-    neighbours: Neighbours,
-    hostile_current: bool,
-}
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Only the public set's answers through the handler (the quick check).
     #[arg(long)]
     public: bool,
+}
+
+#[derive(Serialize, Default)]
+pub struct Gathered {
+    pub answers: Answers,
+    pub answers_wall_s: f64,
+    pub final_answers: Answers,
+    pub neighbours: Neighbours,
+    pub hostile_current: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -50,8 +49,7 @@ fn exact(a: &Answers, n: u64) -> bool {
 /// `local-runner verify` of the public set; its last line and the wall time.
 fn public_answers(local_runner: &Path) -> Result<(Answers, f64)> {
     log!("answers: the {PUBLIC} public payloads through the handler");
-    let t = Instant::now();
-    let out = util::read(&cmd!(local_runner, "verify", TEST_SET))?;
+    let (t, out) = (Instant::now(), util::read(&cmd!(local_runner, "verify", TEST_SET))?);
     Ok((util::last_json(&out, "local-runner verify")?, t.elapsed().as_secs_f64()))
 }
 
@@ -71,7 +69,7 @@ fn gather() -> Result<Gathered> {
     Ok(Gathered { answers, answers_wall_s, final_answers, neighbours, hostile_current })
 }
 
-fn judge(g: &Gathered) -> bool {
+pub fn judge(g: &Gathered) -> bool {
     let n = &g.neighbours;
     let answers_ok = exact(&g.answers, PUBLIC) && exact(&g.final_answers, FINAL.1);
     let neighbours_ok = (n.public, n.generated, n.adversarial) == (SAMPLE, GENERATED, ADVERSARIAL)
@@ -81,7 +79,7 @@ fn judge(g: &Gathered) -> bool {
     answers_ok && neighbours_ok && g.hostile_current
 }
 
-fn figures(g: &Gathered) -> String {
+pub fn figures(g: &Gathered) -> String {
     let (a, f, n) = (&g.answers, &g.final_answers, &g.neighbours);
     // A wrong decision is also a wrong score, so these two count every inexact answer.
     let exact = |a: &Answers| a.total.saturating_sub(a.errors + a.score_mismatches);
@@ -94,58 +92,4 @@ fn figures(g: &Gathered) -> String {
     let (ties, f64_ties) = (n.ties_across_fifth, n.ties_decided_by_f64);
     let hostile = if g.hostile_current { "current" } else { "STALE" };
     format!("answers {x}/{total} exact (FP {fp}, FN {fn_}, errors {errors}, detection {det:.2}, {wall:.1} s); final set {fx}/{ftotal} exact (FP {ffp}, FN {ffn}); neighbours {compared} compared ({public} public, {generated} generated, {adversarial} adversarial), {vector} vector, {neighbour} neighbour, {decision} decision differences, {ties} ties across 5th ({f64_ties} decided by f64), {wall_s:.1} s; hostile cases {hostile}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gathered() -> Gathered {
-        let answers = Answers {
-            total: PUBLIC,
-            tp: 24_500,
-            tn: 29_600,
-            detection_score: 3000.0,
-            ..Answers::default()
-        };
-        let neighbours = Neighbours {
-            compared: 4500,
-            public: 2000,
-            generated: 2000,
-            adversarial: 500,
-            ties_across_fifth: 37,
-            ties_decided_by_f64: 2,
-            wall_s: 12.5,
-            ..Neighbours::default()
-        };
-        let final_answers = Answers { total: 72_100, ..answers.clone() };
-        Gathered { answers, answers_wall_s: 3.0, final_answers, neighbours, hostile_current: true }
-    }
-
-    #[test]
-    fn exact_answers_and_no_difference_pass_and_anything_else_fails() {
-        let g = gathered();
-        assert!(judge(&g));
-        assert_eq!(
-            figures(&g),
-            "answers 54100/54100 exact (FP 0, FN 0, errors 0, detection 3000.00, 3.0 s); \
-             final set 72100/72100 exact (FP 0, FN 0); neighbours 4500 compared (2000 public, 2000 generated, 500 adversarial), 0 vector, \
-             0 neighbour, 0 decision differences, 37 ties across 5th (2 decided by f64), 12.5 s; \
-             hostile cases current"
-        );
-        let breaks: [fn(&mut Gathered); 5] = [
-            |g| g.answers.fp = 1,
-            |g| g.final_answers.total = 72_099,
-            |g| g.neighbours.neighbour_differences = 1,
-            |g| g.neighbours.ties_across_fifth = 0,
-            |g| g.hostile_current = false,
-        ];
-        for f in breaks {
-            let mut g = gathered();
-            f(&mut g);
-            assert!(!judge(&g));
-        }
-        let stale = Gathered { hostile_current: false, ..gathered() };
-        assert!(figures(&stale).ends_with("hostile cases STALE"));
-    }
 }

@@ -1,12 +1,17 @@
-//! The Lambda gate's log checks, package and image template through the library's API.
+//! The Lambda gate's verdict, log checks, events, emulator, package and templates through the
+//! library's API.
 
-use serde_json::Value as Json;
+use serde_json::{json, Value as Json};
 use std::path::PathBuf;
+use xtask::lambda::emulator::{descendants, Memory, Session, Settings};
 use xtask::lambda::events::{cases, events_dir, failure, read_event, replay, request_body};
-use xtask::lambda::events::{Answer, Case, Expect};
+use xtask::lambda::events::{parse_table, spread, Answer, Case, Expect};
+use xtask::lambda::gate::{judge, Emulated, Gathered, FUNCTION_NAME};
+use xtask::lambda::hook;
 use xtask::lambda::image::{from_zip_template, TEMPLATE};
-use xtask::lambda::logs::{check, Init, Log};
+use xtask::lambda::logs::{check, Init, Line, Log};
 use xtask::lambda::package::{parameters_for, Package, LIMIT_UNZIPPED};
+use xtask::lambda::preflight::{advice, has_credentials, Limit};
 use xtask::lambda::sam::{defaults, FUNCTION};
 use xtask::util::{self, root};
 use yaml_serde::Value;
@@ -277,17 +282,19 @@ fn the_alias_the_deployment_the_hook_and_the_alarms_are_wired_together() {
     for template in ["template.yaml", TEMPLATE] {
         let text = std::fs::read_to_string(root().join(template)).unwrap();
         let t: Value = yaml_serde::from_str(&text).unwrap();
-        let (f, hook) =
-            ("Resources.FraudScoreFunction.Properties", "Resources.PreTrafficHook.Properties");
-        let hook_role = "Resources.PreTrafficHookRole.Properties.Policies.0.PolicyDocument";
-        let rate = "Resources.FraudScoreApprovalRateAlarm.Properties.Metrics";
+        let f = |p: &str| format!("Resources.FraudScoreFunction.Properties.{p}");
+        let hook = |p: &str| format!("Resources.PreTrafficHook.Properties.{p}");
+        let role = "Resources.PreTrafficHookRole.Properties.Policies.0.PolicyDocument";
+        let hook_role = |p: &str| format!("{role}.{p}");
+        let rate =
+            |p: &str| format!("Resources.FraudScoreApprovalRateAlarm.Properties.Metrics.{p}");
         let ns = function::metrics::NAMESPACE;
         let holds: Vec<(String, String)> = [
-            (format!("{f}.AutoPublishAlias"), "live"),
-            (format!("{f}.DeploymentPreference.Type"), "!Ref DeploymentType"),
-            (format!("{f}.DeploymentPreference.Alarms.0"), "!Ref FraudScoreErrorsAlarm"),
-            (format!("{f}.DeploymentPreference.Alarms.1"), "!Ref FraudScoreApprovalRateAlarm"),
-            (format!("{f}.DeploymentPreference.Hooks.PreTraffic"), "!Ref PreTrafficHook"),
+            (f("AutoPublishAlias"), "live"),
+            (f("DeploymentPreference.Type"), "!Ref DeploymentType"),
+            (f("DeploymentPreference.Alarms.0"), "!Ref FraudScoreErrorsAlarm"),
+            (f("DeploymentPreference.Alarms.1"), "!Ref FraudScoreApprovalRateAlarm"),
+            (f("DeploymentPreference.Hooks.PreTraffic"), "!Ref PreTrafficHook"),
             ("Parameters.DeploymentType.Default".into(), "Canary10Percent5Minutes"),
             // Every endpoint and permission is on the alias, never on $LATEST.
             (
@@ -311,19 +318,13 @@ fn the_alias_the_deployment_the_hook_and_the_alarms_are_wired_together() {
                 "FraudScoreFunction.Alias",
             ),
             // The hook: a name SAM's CodeDeploy role may invoke, the new version as its target.
-            (format!("{hook}.FunctionName"), "CodeDeployHook_"),
-            (
-                format!("{hook}.Environment.Variables.FRAUD_TARGET"),
-                "!Ref FraudScoreFunction.Version",
-            ),
-            (format!("{hook}.DeploymentPreference"), "null"),
-            (format!("{hook_role}.Statement.0.Action"), "lambda:InvokeFunction"),
-            (format!("{hook_role}.Statement.0.Resource"), "${FraudScoreFunction.Arn}:*"),
-            (
-                format!("{hook_role}.Statement.1.Action"),
-                "codedeploy:PutLifecycleEventHookExecutionStatus",
-            ),
-            (format!("{hook_role}.Statement.3"), "null"),
+            (hook("FunctionName"), "CodeDeployHook_"),
+            (hook("Environment.Variables.FRAUD_TARGET"), "!Ref FraudScoreFunction.Version"),
+            (hook("DeploymentPreference"), "null"),
+            (hook_role("Statement.0.Action"), "lambda:InvokeFunction"),
+            (hook_role("Statement.0.Resource"), "${FraudScoreFunction.Arn}:*"),
+            (hook_role("Statement.1.Action"), "codedeploy:PutLifecycleEventHookExecutionStatus"),
+            (hook_role("Statement.3"), "null"),
             // The rollback alarms: errors of the alias; the approval rate of the function's
             // own metrics, unconditional (the deployment names them).
             (
@@ -332,13 +333,13 @@ fn the_alias_the_deployment_the_hook_and_the_alarms_are_wired_together() {
             ),
             ("Resources.FraudScoreErrorsAlarm.Condition".into(), "null"),
             ("Resources.FraudScoreApprovalRateAlarm.Condition".into(), "null"),
-            (format!("{rate}.0.MetricStat.Metric.Namespace"), ns),
-            (format!("{rate}.0.MetricStat.Metric.MetricName"), "Approved"),
-            (format!("{rate}.1.MetricStat.Metric.Namespace"), ns),
-            (format!("{rate}.1.MetricStat.Metric.MetricName"), "Denied"),
-            (format!("{rate}.3.Expression"), "ApprovalRateLowPercent"),
-            (format!("{rate}.3.Expression"), "ApprovalRateHighPercent"),
-            (format!("{rate}.3.Expression"), "ApprovalRateMinDecisions"),
+            (rate("0.MetricStat.Metric.Namespace"), ns),
+            (rate("0.MetricStat.Metric.MetricName"), "Approved"),
+            (rate("1.MetricStat.Metric.Namespace"), ns),
+            (rate("1.MetricStat.Metric.MetricName"), "Denied"),
+            (rate("3.Expression"), "ApprovalRateLowPercent"),
+            (rate("3.Expression"), "ApprovalRateHighPercent"),
+            (rate("3.Expression"), "ApprovalRateMinDecisions"),
         ]
         .into_iter()
         .map(|(p, w)| (p, w.to_string()))
@@ -348,4 +349,190 @@ fn the_alias_the_deployment_the_hook_and_the_alarms_are_wired_together() {
             assert!(got.contains(&want), "{template}: {path}: {got}, want {want}");
         }
     }
+}
+
+#[test]
+fn log_lines_are_sorted_by_origin() {
+    let text = format!("30 Nov 2026 14:52:00,123 [INFO] (rapid) exec './bootstrap' (cwd=/x)\n{INIT}\n\
+        START RequestId: 1 Version: $LATEST\nINIT REPORT(durationMs: 3.25)\nEND RequestId: 1\n\
+        REPORT RequestId: 1\tInit Duration: 0.31 ms\tDuration: 4.50 ms\tBilled Duration: 5 ms\n{FAILED}\n\
+        REPORT RequestId: 2\tDuration: 0.75 ms\tBilled Duration: 1 ms\nsomething else\n{{not json\n");
+    let log = Log::parse(&text);
+    assert_eq!((log.init_report_ms, &log.durations_ms[..]), (Some(3.25), &[4.5, 0.75][..]));
+    let messages: Vec<&str> = log.lines.iter().map(Line::message).collect();
+    assert_eq!(messages, ["index ready", "request failed"]);
+    assert_eq!(
+        (log.other, log.crashed),
+        (vec!["something else".into(), "{not json".into()], false)
+    );
+    assert!(Log::parse("thread 'main' panicked at x").crashed);
+}
+
+/// The EMF documents of `approved` decisions at score 0 and `bad` refused bodies, as the
+/// function writes them (one line each).
+fn emf(approved: u64, bad: u64) -> String {
+    let mut counts = function::metrics::Counters::default();
+    counts.decisions[0] = approved;
+    counts.rejected[function::handler::Reason::BadBody.index()] = bad;
+    let index = index_pack::format::Identity {
+        references_sha256: "ab".into(),
+        references: 3_000_000,
+        first_position: 0,
+        part: "whole".into(),
+        format_version: 5,
+        crc32: "0000000f".into(),
+        packer: "index-pack 0.1.0".into(),
+    };
+    counts.emf(FUNCTION_NAME, &[index], 1).join("\n") + "\n"
+}
+
+fn hook_run(status: &str, wrong: u64) -> hook::Run {
+    let first = (wrong > 0).then_some("edge-1: expected 0.6, got 0.8");
+    let answer =
+        serde_json::json!({"status": status, "cases": 24, "wrong": wrong, "first_wrong": first});
+    let reported = hook::Reported {
+        deployment_id: "d-XTASK0001".into(),
+        lifecycle_event_hook_execution_id: "xtask-pretraffic-1".into(),
+        status: status.into(),
+    };
+    hook::Run { answer, reported: vec![reported] }
+}
+
+/// A run of one bad event and two replayed payloads, the second wrong when `mismatch`.
+fn gathered(mismatch: bool) -> Gathered {
+    let sha = "198e69c5fa0e".repeat(5);
+    let (zipped_bytes, unzipped_bytes) = (44 << 20, 92 << 20);
+    let package =
+        Package { sha256: sha.clone(), zipped_bytes, unzipped_bytes, ..Package::default() };
+    let reports =
+        ["16.1", "0.9", "0.4", "0.5"].map(|d| format!("REPORT RequestId: x\tDuration: {d} ms\n"));
+    // The init line of a prefaulted index, 12.2 ms in.
+    let init =
+        INIT.replace(r#""prefault":false,"init_us":300"#, r#""prefault":true,"init_us":12200"#);
+    let log = format!(
+        "{init}\nINIT REPORT(durationMs: 14.2)\n{FAILED}\n{}{}",
+        reports.concat(),
+        emf(2, 1)
+    );
+    let case = |event: &str, status, expect| Case { event: event.into(), status, expect };
+    let scored = Expect::Json(serde_json::json!({"approved": true, "fraud_score": 0.0}));
+    let cases = vec![
+        case("first invocation", 200, Expect::Json(serde_json::json!({"ready": true}))),
+        case("alb/malformed.json", 400, Expect::Error),
+        case("entry 0", 200, scored.clone()),
+        case("entry 13", 200, scored),
+    ];
+    let right = r#"{"approved":true,"fraud_score":0.0}"#;
+    let last = if mismatch { r#"{"approved":false,"fraud_score":0.6}"# } else { right };
+    let bodies = [(200, r#"{"ready":true}"#), (400, r#"{"error":"x"}"#), (200, right), (200, last)];
+    let rtts = [16.7, 1.0, 0.7, 0.8];
+    let answers = bodies.iter().zip(rtts).map(|((s, b), r)| Ok((answer(*s, b), r))).collect();
+    let session =
+        Session { launch_to_first_ms: 20.0, answers, memory: None, log: Log::parse(&log) };
+    let expected = Ok(Log::parse(&init).lines[0].typed().unwrap());
+    let settings = Settings { memory_mb: 512, timeout_s: 3, prefault: None, ..Settings::default() };
+    Gathered {
+        validate: Ok("template.yaml is a valid SAM Template".into()),
+        package: Ok(package),
+        emulated: Some(Ok(Emulated { session, cases, events: 1, expected, settings })),
+        hook: Some(Ok(hook_run("Succeeded", 0))),
+        sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
+    }
+}
+
+#[test]
+fn a_clean_run_passes_every_step_and_reports_its_figures() {
+    let j = judge(&gathered(false), false, 175.0);
+    let failed: Vec<_> = j.steps.iter().filter(|s| !s.ok).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(j.steps.len(), 12);
+    assert_eq!(
+        j.figures,
+        "12/12 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
+         cold first invocation 16.7 ms (INIT REPORT 14.20 ms); warm Duration p50 0.50 ms p99 0.90 ms; \
+         package 44.0 MB zipped, 92.0 MB unzipped; sam build sha256 = tested (198e69c5fa0e); 175 s"
+    );
+}
+
+#[test]
+fn a_wrong_answer_or_another_binary_fails_its_step() {
+    let j = judge(&gathered(true), false, 1.0);
+    let replay = j.steps.iter().find(|s| s.name == "replay").unwrap();
+    let shown = replay.result.contains("1 mismatches; first: entry 13: got 200");
+    assert!(!replay.ok && shown, "{replay:?}");
+    let mut g = gathered(false);
+    g.sam_build = Some(Ok((PathBuf::from("b"), "0".repeat(64))));
+    let j = judge(&g, false, 1.0);
+    assert!(!j.steps.last().unwrap().ok);
+    assert!(j.figures.contains("sam build sha256 000000000000 != tested 198e69c5fa0e"));
+    // The metrics must count every answer: one approval missing fails their step.
+    let mut g = gathered(false);
+    if let Some(Ok(e)) = &mut g.emulated {
+        e.session.log.emf = Log::parse(&emf(1, 1)).emf;
+    }
+    let metrics = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name == "metrics (EMF)");
+    let result = metrics.map(|s| (s.ok, s.result));
+    let want = "EMF Approved Function=test_function: Some(1), the cases expect Some(2)";
+    assert_eq!(result, Some((false, want.to_string())));
+    // A hook that found a wrong answer fails the gate.
+    let mut g = gathered(false);
+    g.hook = Some(Ok(hook_run("Failed", 5)));
+    let step = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name.contains("hook"));
+    let step = step.unwrap();
+    assert!(!step.ok && step.result.contains("first wrong: edge-1"), "{step:?}");
+    let mut g = gathered(false);
+    g.sam_build = None;
+    assert!(judge(&g, true, 1.0).figures.contains("sam build LEFT OUT (--no-sam-build)"));
+    assert!(judge(&g, false, 1.0).figures.contains("sam build failed"));
+}
+
+#[test]
+fn tables_are_read_and_the_replay_takes_the_edges() {
+    let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\nd.json\t200\tready\n";
+    let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
+    assert_eq!(
+        expects,
+        [
+            Expect::ErrorAt("x.y".into()),
+            Expect::Json(json!({"a": 1})),
+            Expect::Error,
+            Expect::Ready
+        ]
+    );
+    assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
+    assert!(parse_table("event\tstatus\tbody\na.json\t200\n").is_err());
+    let scores = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0];
+    assert_eq!(
+        (spread(&scores, 2, true), spread(&scores, 2, false)),
+        (vec![0, 3, 1, 4], vec![0, 3])
+    );
+}
+
+#[test]
+fn memory_from_proc_status_and_descendants_from_proc() {
+    let status =
+        "Name:\tbootstrap\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\nRssFile:\t   93400 kB\n";
+    let want = Memory { peak_rss_mb: 91.625, rss_anon_mb: 0.40234375, rss_file_mb: 91.2109375 };
+    assert_eq!(Memory::parse(status), Some(want));
+    assert_eq!(Memory::parse("Name:\tx\n"), None);
+    let child = duct::cmd!("sleep", "5").start().unwrap();
+    let found = descendants(std::process::id());
+    child.kill().unwrap();
+    assert!(found.contains(&child.pids()[0]), "{found:?}");
+}
+
+#[test]
+fn which_reservations_an_account_allows() {
+    let limit = |c, u| Limit { concurrent_executions: c, unreserved_concurrent_executions: u };
+    for ((c, u), max) in
+        [((10, 10), None), ((100, 100), None), ((101, 101), Some(1)), ((1000, 900), Some(800))]
+    {
+        assert_eq!(advice(&limit(c, u)).0, max, "{c} {u}");
+    }
+    let none = advice(&limit(10, 10)).1;
+    assert!(none.contains("account limit 10, unreserved 10: ReservedConcurrency -1 only"));
+    assert!(advice(&limit(1000, 1000)).1.contains("or 1..=900"));
+    let unset = "      Name   Value   Type  Location\n access_key     <not set>   None  None\n";
+    let set = " access_key     ****************ABCD shared-credentials-file\n";
+    assert_eq!([unset, set, ""].map(has_credentials), [false, true, false]);
 }

@@ -55,7 +55,6 @@ fn answers_are_judged() {
     assert_eq!(e.judge(503, "busy").unwrap_err(), "HTTP 503: busy");
 }
 
-/// The lint of the workspace build: clippy's lints fail a real build, and a clean one builds.
 #[test]
 fn the_newest_artifact_of_function() {
     let dir = scratch("util");
@@ -105,4 +104,24 @@ fn logs_json_and_the_test_binary() {
     assert!(why == "static" || why.contains("dynamically linked"), "{why}");
     assert!(check_static_x86_64(&root().join("Cargo.toml")).is_err());
     assert_eq!(test_entries().unwrap().len(), 54_100);
+}
+
+/// The lint of the workspace build: clippy's lints fail a real build, and a clean one builds.
+#[test]
+fn the_lint_wrapper_fails_a_build_on_a_lint() {
+    let dir = scratch("lint");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let manifest =
+        "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n";
+    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+    let build = |main: &str| {
+        std::fs::write(dir.join("src/main.rs"), main).unwrap();
+        let e = linted(duct::cmd!("cargo", "build", "--quiet").dir(&dir));
+        e.env("CARGO_TARGET_DIR", dir.join("target")).stderr_capture().unchecked().run().unwrap()
+    };
+    let lint = build("fn main() { let v = vec![1]; println!(\"{}\", v.len() == 0); }");
+    let said = String::from_utf8_lossy(&lint.stderr);
+    assert!(!lint.status.success() && said.contains("clippy::len_zero"), "{said}");
+    assert!(build("fn main() { println!(\"{}\", std::env::args().count()); }").status.success());
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -6,29 +6,20 @@ use crate::prelude::*;
 use std::ffi::OsString;
 use std::net::TcpStream;
 
-const INVOKE: &str = "/2015-03-31/functions/function/invocations";
+/// The Invoke API's path below the emulator's address.
+pub const INVOKE: &str = "/2015-03-31/functions/function/invocations";
 
 /// What the function is configured with (template.yaml's defaults unless overridden).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Settings {
-    pub memory_mb: u32,
-    pub timeout_s: u32,
     /// `FRAUD_PREFAULT`: `Some(true)` 1, `Some(false)` 0, `None` auto (by index and memory).
     pub prefault: Option<bool>,
+    pub memory_mb: u32,
+    pub timeout_s: u32,
     /// CPU share of the bootstrap (Lambda: memory / 1,769 MB), cgroup v1; `None` = unlimited.
     pub cpus: Option<f64>,
     /// More of the function's environment (a role, its name).
     pub env: Vec<(String, String)>,
-}
-
-impl Settings {
-    /// Whether the bootstrap reads an index of `bytes` at init: `FRAUD_PREFAULT`, or for `auto`
-    /// (the template's default) when the index fits the memory with 64 MiB to spare and is at
-    /// most 1 GiB (docs/LAMBDA.md, "Packaging by size").
-    pub fn prefaults(&self, bytes: u64) -> bool {
-        let fits = bytes + (64 << 20) <= u64::from(self.memory_mb) << 20 && bytes <= 1 << 30;
-        self.prefault.unwrap_or(fits)
-    }
 }
 
 /// What each event sent in order got (the first starts the bootstrap).
@@ -43,30 +34,25 @@ pub fn session(
     rie: &Path,
     package_dir: &Path,
     s: &Settings,
-    log: PathBuf,
+    log: &Path,
     events: &[Vec<u8>],
 ) -> Result<Session> {
-    let launched = Instant::now();
-    let emu = Emulator::start(rie, package_dir, s, &log)?;
-    let invoke = |event: &[u8]| -> Result<(Answer, f64)> {
-        let t = Instant::now();
-        let body = emu.invoke(event)?;
-        Ok((Answer::parse(&body)?, t.elapsed().as_secs_f64() * 1e3))
+    let (launched, emu) = (Instant::now(), Emulator::start(rie, package_dir, s, log)?);
+    let answer = |event: &Vec<u8>| {
+        let (t, answer) = (Instant::now(), emu.invoke(event).and_then(|body| Answer::parse(&body)));
+        answer.map(|a| (a, t.elapsed().as_secs_f64() * 1e3)).map_err(|e| format!("{e:#}"))
     };
-    let answer = |e: &Vec<u8>| invoke(e).map_err(|e| format!("{e:#}"));
     let mut answers: Vec<_> = events.iter().take(1).map(answer).collect();
     let launch_to_first_ms = launched.elapsed().as_secs_f64() * 1e3;
     answers.extend(events.iter().skip(1).map(answer));
     // The bootstrap's index pages count as file-backed RSS.
-    let proc = |pid: u32, file| std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
-    let pids = emu.child.pids().into_iter().flat_map(descendants);
-    let bootstrap =
-        pids.into_iter().find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
+    let proc = |pid: u32, file| fs::read_to_string(format!("/proc/{pid}/{file}")).ok();
+    let mut pids = emu.child.pids().into_iter().flat_map(descendants);
+    let bootstrap = pids.find(|p| proc(*p, "comm").is_some_and(|c| c.trim() == "bootstrap"));
     let memory = bootstrap.and_then(|p| Memory::parse(&proc(p, "status")?));
-    // Ended as Lambda ends an environment, so that what the bootstrap writes then (its last
-    // metrics) is in the log.
+    // Ended as Lambda ends an environment, so that its last writes (metrics) are in the log.
     emu.stop();
-    let text = std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
+    let text = fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
     let log = Log::parse(&String::from_utf8_lossy(&text));
     Ok(Session { launch_to_first_ms, answers, memory, log })
 }
@@ -81,8 +67,7 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// Starts the RIE on free loopback ports with `package_dir`'s bootstrap, its output in
-    /// `log`, and waits for its API.
+    /// Starts the RIE on free loopback ports with `package_dir`'s bootstrap (output in `log`).
     pub fn start(rie: &Path, package_dir: &Path, s: &Settings, log: &Path) -> Result<Emulator> {
         let (api, runtime_api) = (util::free_port()?, util::free_port()?);
         let limited = |cpus| cpu_limited(cpus, log.with_extension("wrapper"));
@@ -92,20 +77,16 @@ impl Emulator {
             "--runtime-interface-emulator-address {api} --runtime-api-address {runtime_api}"
         );
         let e = duct::cmd(rie, flags.split(' ').map(OsString::from).chain([entry.into()]));
-        let prefault = s.prefault.map_or("auto", |p| if p { "1" } else { "0" });
-        let mut e = util::to_log(e.dir(package_dir).stdin_null(), log)
+        let e = util::to_log(e.dir(package_dir).stdin_null(), log)
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", s.memory_mb.to_string())
             .env("AWS_LAMBDA_FUNCTION_TIMEOUT", s.timeout_s.to_string())
             // What LoggingConfig (LogFormat JSON, ApplicationLogLevel INFO) sets on Lambda.
             .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
             .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
-            .env("FRAUD_PREFAULT", prefault)
+            .env("FRAUD_PREFAULT", s.prefault.map_or("auto", |p| if p { "1" } else { "0" }))
             .env_remove("RUST_LOG");
-        for (k, v) in &s.env {
-            e = e.env(k, v);
-        }
-        let child =
-            e.unchecked().start().with_context(|| format!("cannot start {}", rie.display()))?;
+        let e = s.env.iter().fold(e, |e, (k, v)| e.env(k, v));
+        let child = e.unchecked().start().context(format!("cannot start {}", rie.display()))?;
         let url = format!("http://{api}{INVOKE}");
         let emu = Emulator { child, cgroup, url, agent: util::http_agent(Duration::from_secs(15)) };
         log!("emulator started on {api}, log in {}", log.display());
@@ -134,8 +115,7 @@ impl Emulator {
         Ok(body)
     }
 
-    /// Ends the environment as Lambda does (SIGTERM: the runtime and its extensions get their
-    /// shutdown), waits up to 5 s for it, then kills what is left.
+    /// Ends the environment as Lambda does (SIGTERM, the shutdown phase), then kills it after 5 s.
     pub fn stop(self) {
         for pid in self.child.pids() {
             let _ = util::signal(pid, nix::sys::signal::SIGTERM);
@@ -156,9 +136,8 @@ impl Drop for Emulator {
         if let Some(cg) = self.cgroup.take() {
             // The group empties once the killed bootstrap is reaped by init.
             let (limit, every) = (Duration::from_secs(1), Duration::from_millis(20));
-            let gone = util::poll("the CPU group", limit, every, || {
-                Ok(std::fs::remove_dir(&cg).map_err(|e| e.to_string()))
-            });
+            let removed = || Ok(fs::remove_dir(&cg).map_err(|e| e.to_string()));
+            let gone = util::poll("the CPU group", limit, every, removed);
             gone.unwrap_or_else(|e| log!("cannot remove {}: {e:#}", cg.display()));
         }
     }
@@ -172,7 +151,7 @@ pub struct Memory {
 }
 
 impl Memory {
-    fn parse(status: &str) -> Option<Memory> {
+    pub fn parse(status: &str) -> Option<Memory> {
         let mb = |key| Some(util::status_kb(status, key)? as f64 / 1024.0);
         Some(Memory {
             peak_rss_mb: mb("VmHWM")?,
@@ -186,42 +165,21 @@ impl Memory {
 fn cpu_limited(cpus: f64, wrapper: PathBuf) -> Result<(PathBuf, PathBuf)> {
     use std::os::unix::fs::PermissionsExt;
     let cg = PathBuf::from(format!("/sys/fs/cgroup/cpu/xtask-lambda-{}", std::process::id()));
-    std::fs::create_dir(&cg).with_context(|| {
-        format!("cannot create {} (needs root and a cgroup v1 cpu controller)", cg.display())
-    })?;
-    std::fs::write(cg.join("cpu.cfs_period_us"), "100000")?;
-    std::fs::write(cg.join("cpu.cfs_quota_us"), ((cpus * 100_000.0).round() as u64).to_string())?;
+    let why = format!("cannot create {} (needs root and a cgroup v1 cpu controller)", cg.display());
+    fs::create_dir(&cg).context(why)?;
+    fs::write(cg.join("cpu.cfs_period_us"), "100000")?;
+    fs::write(cg.join("cpu.cfs_quota_us"), ((cpus * 100_000.0).round() as u64).to_string())?;
     let procs = cg.join("cgroup.procs").display().to_string();
-    std::fs::write(&wrapper, format!("#!/bin/sh\necho $$ > {procs} && exec ./bootstrap\n"))?;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    fs::write(&wrapper, format!("#!/bin/sh\necho $$ > {procs} && exec ./bootstrap\n"))?;
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755))?;
     log!("bootstrap limited to {cpus} CPU ({})", cg.display());
     Ok((wrapper, cg))
 }
 
-fn descendants(pid: u32) -> Vec<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
-    let lists =
-        tasks.map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default());
-    let children: Vec<u32> = lists
-        .flat_map(|l| l.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<_>>())
-        .collect();
-    children.into_iter().flat_map(|c| std::iter::once(c).chain(descendants(c))).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn memory_from_proc_status_and_descendants_from_proc() {
-        let status =
-            "Name:\tbootstrap\nVmHWM:\t   93824 kB\nRssAnon:\t     412 kB\nRssFile:\t   93400 kB\n";
-        let want = Memory { peak_rss_mb: 91.625, rss_anon_mb: 0.40234375, rss_file_mb: 91.2109375 };
-        assert_eq!(Memory::parse(status), Some(want));
-        assert_eq!(Memory::parse("Name:\tx\n"), None);
-        let child = duct::cmd!("sleep", "5").start().unwrap();
-        let found = descendants(std::process::id());
-        child.kill().unwrap();
-        assert!(found.contains(&child.pids()[0]), "{found:?}");
-    }
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    let lists: Vec<String> =
+        tasks.map(|t| fs::read_to_string(t.path().join("children")).unwrap_or_default()).collect();
+    let children = lists.iter().flat_map(|l| l.split_whitespace()).filter_map(|c| c.parse().ok());
+    children.flat_map(|c| std::iter::once(c).chain(descendants(c))).collect()
 }

@@ -13,7 +13,7 @@ pub fn events_dir() -> PathBuf {
 
 pub fn read_event(name: &str) -> Result<Vec<u8>> {
     let path = events_dir().join(name);
-    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+    fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -34,19 +34,18 @@ pub struct Case {
 
 impl Case {
     /// The case with a [`Expect::Ready`] body made exact: the ready body naming `index`.
-    pub fn naming(self, index: &Value) -> Case {
-        let expect = match self.expect {
-            Expect::Ready => Expect::Json(json!({"ready": true, "index": index})),
-            other => other,
-        };
-        Case { expect, ..self }
+    pub fn naming(mut self, index: &Value) -> Case {
+        if self.expect == Expect::Ready {
+            self.expect = Expect::Json(json!({"ready": true, "index": index}));
+        }
+        self
     }
 }
 
 pub type Sent = (Vec<u8>, Case);
 
 /// Reads an expected.tsv (`event<TAB>status<TAB>body`, a header line first).
-fn parse_table(text: &str) -> Result<Vec<Case>> {
+pub fn parse_table(text: &str) -> Result<Vec<Case>> {
     let case = |line: &str| -> Result<Case> {
         let [event, status, body] = line.splitn(3, '\t').collect::<Vec<_>>()[..] else {
             bail!("not event<TAB>status<TAB>body: {line:?}")
@@ -64,8 +63,7 @@ fn parse_table(text: &str) -> Result<Vec<Case>> {
 
 pub fn cases() -> Result<Vec<Case>> {
     let tables = ["expected.tsv", "hostile/expected.tsv"].map(|t| {
-        let text = String::from_utf8(read_event(t)?)?;
-        parse_table(&text).with_context(|| format!("in events/{t}"))
+        parse_table(&String::from_utf8(read_event(t)?)?).with_context(|| format!("in events/{t}"))
     });
     Ok(tables.into_iter().collect::<Result<Vec<_>>>()?.concat())
 }
@@ -107,13 +105,11 @@ pub fn replay(n: usize, edges: bool, source: impl Fn(usize) -> usize) -> Result<
     Ok(sent.collect())
 }
 
-fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
-    let mut picked = util::spread(scores.len(), n);
-    if edges {
-        let first: std::collections::HashSet<usize> = picked.iter().copied().collect();
-        picked.extend((0..scores.len()).filter(|i| scores[*i] == 0.6 && !first.contains(i)));
-    }
-    picked
+pub fn spread(scores: &[f64], n: usize, edges: bool) -> Vec<usize> {
+    let picked = util::spread(scores.len(), n);
+    let edge = |i: &usize| edges && scores[*i] == 0.6 && !picked.contains(i);
+    let more: Vec<usize> = (0..scores.len()).filter(edge).collect();
+    [picked, more].concat()
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -128,8 +124,7 @@ impl Answer {
     /// As `lambda_http` encodes it for every source (headers single or multi-valued, base64).
     pub fn parse(raw: &[u8]) -> Result<Answer> {
         let shown = || String::from_utf8_lossy(raw).into_owned();
-        let v: Value =
-            serde_json::from_slice(raw).with_context(|| format!("not JSON: {}", shown()))?;
+        let v: Value = serde_json::from_slice(raw).context(format!("not JSON: {}", shown()))?;
         if let Some(error) = v["errorType"].as_str() {
             bail!("function error {error}: {}", v["errorMessage"].as_str().unwrap_or_default());
         }
@@ -170,41 +165,5 @@ impl Answer {
 }
 
 pub fn failure(answer: &Result<(Answer, f64), String>, case: &Case) -> Option<String> {
-    match answer {
-        Ok((a, _)) => a.mismatch(case),
-        Err(e) => Some(format!("{}: {e}", case.event)),
-    }
-}
-
-#[cfg(test)]
-pub fn answer(status: u16, body: &str) -> Answer {
-    let content_type = Some("application/json".into());
-    Answer { status, content_type, allow: None, body: body.into() }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_are_read_and_the_replay_takes_the_edges() {
-        let t = "event\tstatus\tbody\na.json\t400\terror:x.y\nb.json\t200\t{\"a\":1}\nc.json\t405\terror\nd.json\t200\tready\n";
-        let expects: Vec<Expect> = parse_table(t).unwrap().into_iter().map(|c| c.expect).collect();
-        assert_eq!(
-            expects,
-            [
-                Expect::ErrorAt("x.y".into()),
-                Expect::Json(json!({"a": 1})),
-                Expect::Error,
-                Expect::Ready
-            ]
-        );
-        assert!(parse_table("event\tstatus\tbody\na.json\t200\t{no\n").is_err());
-        assert!(parse_table("event\tstatus\tbody\na.json\t200\n").is_err());
-        let scores = [0.0, 0.6, 0.0, 0.0, 0.6, 1.0];
-        assert_eq!(
-            (spread(&scores, 2, true), spread(&scores, 2, false)),
-            (vec![0, 3, 1, 4], vec![0, 3])
-        );
-    }
+    answer.as_ref().map_or_else(|e| Some(format!("{}: {e}", case.event)), |(a, _)| a.mismatch(case))
 }

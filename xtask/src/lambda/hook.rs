@@ -1,9 +1,9 @@
 //! The PreTraffic hook under the emulator: it invokes a scorer served by another emulator (the
 //! Invoke API's real path) and reports to a CodeDeploy stand-in that records what it was sent.
 
-use super::emulator::{Emulator, Settings};
+use super::emulator::{Emulator, Settings, INVOKE};
 use crate::prelude::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Mutex};
 
 /// What the hook did: its answer, and the statuses CodeDeploy was sent.
@@ -28,29 +28,24 @@ const OPERATION: &str = "CodeDeploy_20141006.PutLifecycleEventHookExecutionStatu
 impl Run {
     /// The status the hook reported for the one deployment it was handed, if exactly that.
     pub fn status(&self) -> Option<&str> {
-        match &self.reported[..] {
-            [r] if r.deployment_id == DEPLOYMENT && r.lifecycle_event_hook_execution_id == HOOK => {
-                Some(&r.status)
-            }
-            _ => None,
-        }
+        let [r] = &self.reported[..] else { return None };
+        let ours = r.deployment_id == DEPLOYMENT && r.lifecycle_event_hook_execution_id == HOOK;
+        ours.then_some(&r.status)
     }
 }
 
 const DEPLOYMENT: &str = "d-XTASK0001";
 const HOOK: &str = "xtask-pretraffic-1";
 
-/// Serves `scorer_dir`'s bootstrap and `hook_dir`'s (with its sample) each under the emulator,
-/// and hands the hook one lifecycle event, as CodeDeploy would before shifting traffic.
+/// The scorer and the hook under emulators, the hook handed a lifecycle event as CodeDeploy would.
 pub fn run(rie: &Path, scorer_dir: &Path, hook_dir: &Path, logs: &Path) -> Result<Run> {
     // The scorer as template.yaml configures it.
-    let settings = super::sam::defaults()?;
-    let scorer = Emulator::start(rie, scorer_dir, &settings, &logs.join("scorer.log"))?;
+    let scorer =
+        Emulator::start(rie, scorer_dir, &super::sam::defaults()?, &logs.join("scorer.log"))?;
     let (standin, reported) = standin()?;
-    let endpoint = |url: &str| url.split("/2015-03-31").next().unwrap_or(url).to_string();
     let env = [
         ("FRAUD_TARGET", "function".to_string()),
-        ("FRAUD_TARGET_ENDPOINT", endpoint(&scorer.url)),
+        ("FRAUD_TARGET_ENDPOINT", scorer.url.trim_end_matches(INVOKE).into()),
         ("FRAUD_CODEDEPLOY_ENDPOINT", format!("http://{standin}")),
         ("AWS_REGION", "us-east-1".into()),
     ];
@@ -64,9 +59,7 @@ pub fn run(rie: &Path, scorer_dir: &Path, hook_dir: &Path, logs: &Path) -> Resul
     Ok(Run { answer, reported })
 }
 
-/// A CodeDeploy stand-in on a free loopback port: answers every
-/// `PutLifecycleEventHookExecutionStatus` (AWS JSON 1.1) as CodeDeploy does and records it;
-/// anything else is a 400.
+/// A CodeDeploy stand-in on loopback: `PutLifecycleEventHookExecutionStatus` recorded, else 400.
 fn standin() -> Result<(std::net::SocketAddr, Arc<Mutex<Vec<Reported>>>)> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let (addr, reported) = (listener.local_addr()?, Arc::new(Mutex::new(Vec::new())));
@@ -82,29 +75,22 @@ fn standin() -> Result<(std::net::SocketAddr, Arc<Mutex<Vec<Reported>>>)> {
 
 /// The requests of one connection, kept alive, until the client closes it.
 fn serve(stream: std::net::TcpStream, record: &Mutex<Vec<Reported>>) -> Option<()> {
-    let mut reader = BufReader::new(stream.try_clone().ok()?);
-    let mut writer = stream;
+    let (mut reader, mut writer) = (BufReader::new(stream.try_clone().ok()?), stream);
     loop {
-        let (mut target, mut length) = (String::new(), 0usize);
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).ok()? == 0 {
-                return None;
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').unwrap_or((line, ""));
-            match name.to_ascii_lowercase().as_str() {
-                "x-amz-target" => target = value.trim().to_string(),
-                "content-length" => length = value.trim().parse().ok()?,
-                _ => {}
-            }
+        // The head's lines up to the blank one; none when the client closed the connection.
+        let lines = reader.by_ref().lines().map_while(Result::ok);
+        let request: Vec<String> = lines.take_while(|l| !l.is_empty()).collect();
+        if request.is_empty() {
+            return None;
         }
-        let mut body = vec![0; length];
+        let header = |name: &str| {
+            let mut all = request.iter().filter_map(|l| l.split_once(':'));
+            all.find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+        };
+        let mut body = vec![0; header("content-length").map_or(Some(0), |l| l.parse().ok())?];
         reader.read_exact(&mut body).ok()?;
-        let parsed = serde_json::from_slice::<Reported>(&body).ok().filter(|_| target == OPERATION);
+        let ours = header("x-amz-target") == Some(OPERATION);
+        let parsed = serde_json::from_slice::<Reported>(&body).ok().filter(|_| ours);
         let (status, answer) = match parsed {
             Some(r) => {
                 let id = r.lifecycle_event_hook_execution_id.clone();

@@ -33,16 +33,11 @@ pub fn from_zip_template(zip: &str) -> Result<String> {
         "    Properties:",
         "      PackageType: Image",
     ].map(String::from));
-    // The function's block ends at the next resource (or section); only its zip-only
-    // properties go, the other functions (the deployment hook) keep theirs.
-    let end = (properties + 1..lines.len())
-        .find(|&i| {
-            !lines[i].is_empty() && !lines[i].starts_with("   ") && !lines[i].starts_with("  #")
-        })
-        .unwrap_or(lines.len());
-    let zip_only = ["      CodeUri:", "      Handler:", "      Runtime:"];
-    let own =
-        lines[properties + 1..end].iter().filter(|l| !zip_only.iter().any(|z| l.starts_with(z)));
+    // The function's block ends at the next resource (or section); only its zip-only properties go.
+    let starts = |l: &str| !l.is_empty() && !l.starts_with("   ") && !l.starts_with("  #");
+    let end = (properties + 1..lines.len()).find(|&i| starts(lines[i])).unwrap_or(lines.len());
+    let gone = ["      CodeUri:", "      Handler:", "      Runtime:"];
+    let own = lines[properties + 1..end].iter().filter(|l| !gone.iter().any(|z| l.starts_with(z)));
     out.extend(own.chain(&lines[end..]).map(|l| l.to_string()));
     Ok(out.join("\n") + "\n")
 }

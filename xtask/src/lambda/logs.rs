@@ -1,11 +1,9 @@
 //! A run's log and what the bootstrap must log: one init line, failure lines (at most one a
-//! second, each counting the failures left out before it), a closing one, and its metrics as
-//! Embedded Metric Format documents.
+//! second, counting those left out before it), a closing one, its metrics as EMF documents.
 
 use crate::prelude::*;
 use function::metrics::EmfDocument;
 use index_pack::format::{self, Identity};
-use std::collections::BTreeMap;
 
 /// One JSON line the bootstrap wrote (tracing-subscriber's JSON format, as Lambda stores it).
 #[derive(Clone, Debug, Deserialize)]
@@ -15,7 +13,7 @@ pub struct Line {
 }
 
 impl Line {
-    fn message(&self) -> &str {
+    pub fn message(&self) -> &str {
         self.fields.get("message").and_then(|m| m.as_str()).unwrap_or("")
     }
 
@@ -31,14 +29,13 @@ pub struct Log {
     /// `Duration` of each `REPORT` line, in invocation order.
     pub durations_ms: Vec<f64>,
     pub lines: Vec<Line>,
-    /// The Embedded Metric Format documents (`{"_aws": ...}`), in order, and their bytes (what
-    /// CloudWatch Logs ingests for them, newlines included).
+    /// The EMF documents (`{"_aws": ...}`) in order, and their bytes as CloudWatch ingests them.
     pub emf: Vec<EmfDocument>,
     pub emf_bytes: usize,
     /// Lines that are neither the bootstrap's JSON nor the emulator's own.
-    other: Vec<String>,
+    pub other: Vec<String>,
     /// A runtime exit or a panic.
-    crashed: bool,
+    pub crashed: bool,
 }
 
 impl Log {
@@ -60,28 +57,22 @@ impl Log {
             let report = l.strip_prefix("REPORT ").and_then(|r| number_after(r, "\tDuration: "));
             log.durations_ms.extend(report);
             log.crashed |= l.contains("Runtime.ExitError") || l.contains("panic");
-            if l.starts_with(r#"{"_aws":"#) {
-                match serde_json::from_str::<EmfDocument>(l) {
-                    Ok(doc) => {
-                        log.emf.push(doc);
-                        log.emf_bytes += l.len() + 1;
-                    }
-                    Err(_) => log.other.push(l.to_string()),
+            let emf = l.starts_with(r#"{"_aws":"#).then(|| serde_json::from_str::<EmfDocument>(l));
+            match (emf, serde_json::from_str::<Line>(l)) {
+                (Some(Ok(doc)), _) => {
+                    log.emf.push(doc);
+                    log.emf_bytes += l.len() + 1;
                 }
-                continue;
-            }
-            match serde_json::from_str::<Line>(l) {
-                Ok(line) => log.lines.push(line),
-                Err(_) if l.starts_with('{') || !emulator(l) => log.other.push(l.to_string()),
-                Err(_) => {}
+                (None, Ok(line)) => log.lines.push(line),
+                (None, Err(_)) if !l.starts_with('{') && emulator(l) => {}
+                _ => log.other.push(l.to_string()),
             }
         }
         log
     }
 }
 
-/// The init line: the index's identity (`index_pack::format::Identity`), its size and how it
-/// was made resident.
+/// The init line: the index's identity (`format::Identity`), its size and how it was made resident.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Init {
@@ -116,36 +107,30 @@ pub struct Failure {
 }
 
 /// The identity of an artifact file, as the binary that embeds it reports it.
-pub fn identity(artifact: &Path) -> Result<Identity> {
-    let bytes =
-        std::fs::read(artifact).with_context(|| format!("cannot read {}", artifact.display()))?;
-    let aligned = format::aligned_copy(&bytes);
-    Ok(Identity::of(&format::open_with_footer(&aligned)?))
+pub fn identity(path: &Path) -> Result<Identity> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Identity::of(&format::open_with_footer(&format::aligned_copy(&bytes))?))
 }
 
 /// The init line the embedded artifact gives on this CPU (`prefault`, `init_us`: the run's).
 pub fn expected(artifact: &Path) -> Result<Init> {
-    let id = identity(artifact)?;
-    let codec = {
-        let bytes = std::fs::read(artifact)?;
-        let aligned = format::aligned_copy(&bytes);
-        format::open(&aligned)?.header.codec.native().name().to_string()
-    };
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let (id, bytes) = (identity(artifact)?, fs::read(artifact)?);
+    let codec = format::open(&format::aligned_copy(&bytes))?.header.codec.native().name();
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags = cpuinfo.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
     let avx2 = ["avx2", "fma", "f16c"].iter().all(|f| flags.split_whitespace().any(|g| g == *f));
     Ok(Init {
         message: "index ready".into(),
         role: "Http".into(),
         kernels: if avx2 { "avx2" } else { "scalar" }.into(),
-        codec,
+        codec: codec.into(),
         index_references_sha256: id.references_sha256,
         index_references: id.references.into(),
         index_part: id.part,
         index_format_version: id.format_version,
         index_crc32: id.crc32,
         index_packer: id.packer,
-        artifact_bytes: std::fs::metadata(artifact)?.len(),
+        artifact_bytes: bytes.len() as u64,
         deltas: 0,
         delta_references: 0,
         prefault: false,
@@ -153,9 +138,7 @@ pub fn expected(artifact: &Path) -> Result<Init> {
     })
 }
 
-/// What the EMF documents of a run count: each metric summed over the documents, under its
-/// dimensions (`Approved` by `Function`, `Decisions` by `Function` and `FraudScore`, ...);
-/// those that sum to 0 left out.
+/// Each metric of a run's EMF documents summed per dimensions (`Approved Function=..`); no 0s.
 pub fn emf_sums(log: &Log) -> Result<BTreeMap<String, u64>, String> {
     let mut sums = BTreeMap::new();
     for doc in &log.emf {
@@ -207,9 +190,8 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
     // Index into `failed` of the failure the next line is about.
     let (mut next_failure, last) = (0, log.lines.last());
     for line in rest {
-        let keys: Vec<&str> = line.fields.keys().map(String::as_str).collect();
         let closing = line.message() == "the runtime API went away, exiting"
-            && keys == ["error", "invocations", "message"];
+            && line.fields.keys().eq(["error", "invocations", "message"]);
         if closing && line.level == "INFO" && last.is_some_and(|l| std::ptr::eq(l, line)) {
             r.closing_line = true;
             continue;
@@ -221,10 +203,9 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
                 r.problems.extend((!shaped || f.path.is_empty()).then_some(shape));
                 // The line is about the failure after the `not_logged` it counts.
                 next_failure += f.not_logged as usize;
-                if failed.get(next_failure) != Some(&f.status) {
-                    let had = failed.get(next_failure);
-                    r.problems.push(format!("a line for status {} where failed request {next_failure} had {had:?} ({failed:?})", f.status));
-                }
+                let (had, status) = (failed.get(next_failure), f.status);
+                let wrong = format!("a line for status {status} where failed request {next_failure} had {had:?} ({failed:?})");
+                r.problems.extend((had != Some(&status)).then_some(wrong));
                 next_failure += 1;
                 r.failure_lines += 1;
                 r.failures_not_logged += f.not_logged;
@@ -244,29 +225,4 @@ pub fn check(log: &Log, statuses: &[u16], want: &Init, prefault: bool) -> Report
         (log.crashed, "the bootstrap crashed or panicked".into()),
     ]));
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const INIT: &str = r#"{"level":"INFO","fields":{"message":"index ready","role":"Http","kernels":"avx2","codec":"i16","index_references_sha256":"ab","index_references":3000000,"index_part":"whole","index_format_version":5,"index_crc32":"0000000f","index_packer":"index-pack 0.1.0","artifact_bytes":10,"deltas":0,"delta_references":0,"prefault":false,"init_us":300}}"#;
-    const FAILED: &str = r#"{"level":"WARN","fields":{"message":"request failed","status":400,"method":"POST","path":"/fraud-score","field":"transaction.amount","not_logged":0},"span":{"requestId":"x"}}"#;
-
-    #[test]
-    fn log_lines_are_sorted_by_origin() {
-        let text = format!("30 Nov 2026 14:52:00,123 [INFO] (rapid) exec './bootstrap' (cwd=/x)\n{INIT}\n\
-            START RequestId: 1 Version: $LATEST\nINIT REPORT(durationMs: 3.25)\nEND RequestId: 1\n\
-            REPORT RequestId: 1\tInit Duration: 0.31 ms\tDuration: 4.50 ms\tBilled Duration: 5 ms\n{FAILED}\n\
-            REPORT RequestId: 2\tDuration: 0.75 ms\tBilled Duration: 1 ms\nsomething else\n{{not json\n");
-        let log = Log::parse(&text);
-        assert_eq!((log.init_report_ms, &log.durations_ms[..]), (Some(3.25), &[4.5, 0.75][..]));
-        let messages: Vec<&str> = log.lines.iter().map(Line::message).collect();
-        assert_eq!(messages, ["index ready", "request failed"]);
-        assert_eq!(
-            (log.other, log.crashed),
-            (vec!["something else".into(), "{not json".into()], false)
-        );
-        assert!(Log::parse("thread 'main' panicked at x").crashed);
-    }
 }

@@ -2,16 +2,15 @@
 
 pub mod emulator;
 pub mod events;
-mod gate;
+pub mod gate;
 pub mod hook;
 pub mod image;
 pub mod logs;
 pub mod package;
-mod preflight;
+pub mod preflight;
 pub mod sam;
 
 use crate::prelude::*;
-use crate::util::mb;
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -57,19 +56,18 @@ pub fn run(args: Args) -> Result<()> {
     match args.command {
         None => gate::run(args.ci),
         Some(Command::ImageTemplate) => {
-            let zip = std::fs::read_to_string(root().join("template.yaml"))?;
-            std::fs::write(root().join(image::TEMPLATE), image::from_zip_template(&zip)?)?;
+            let zip = fs::read_to_string(root().join("template.yaml"))?;
+            fs::write(root().join(image::TEMPLATE), image::from_zip_template(&zip)?)?;
             util::verdict("lambda image-template", true, image::TEMPLATE, &image::TEMPLATE)
         }
         Some(Command::Build { artifacts_dir, hook: true, .. }) => {
             let dir = artifacts_dir.unwrap_or_else(|| util::target_dir().join("lambda-hook"));
-            let bin = util::build_static_bin("deploy-hook", "pretraffic", &[])?;
-            let figures = package::hook(&dir, &bin)?;
-            util::verdict("lambda build", true, &figures, &dir)
+            let bin = util::build_static_bin("deploy-hook", "pretraffic", None)?;
+            util::verdict("lambda build", true, &package::hook(&dir, &bin)?, &dir)
         }
         Some(Command::Build { artifacts_dir, front: true, .. }) => {
             let dir = artifacts_dir.unwrap_or_else(|| util::target_dir().join("lambda-front"));
-            let bin = util::build_static_bin("fan-out", "front", &["fan-out/lambda"])?;
+            let bin = util::build_static_bin("fan-out", "front", Some("fan-out/lambda"))?;
             package::copy_bootstrap(&bin, &dir)?;
             util::verdict("lambda build", true, &format!("front in {}", dir.display()), &dir)
         }
@@ -86,7 +84,7 @@ pub fn run(args: Args) -> Result<()> {
                     Some(shard) => package::shard_context(&pkg, shard)?,
                     None => pkg.dir.parent().unwrap_or(&pkg.dir).to_path_buf(),
                 };
-                std::fs::copy(dockerfile, context.join("Dockerfile"))?;
+                fs::copy(dockerfile, context.join("Dockerfile"))?;
                 if let Some(hint) = package::parameters_for(pkg.unzipped_bytes) {
                     log!("for this index deploy with --parameter-overrides {hint} (docs/LAMBDA.md, \"Packaging by size\")");
                 }
@@ -95,8 +93,9 @@ pub fn run(args: Args) -> Result<()> {
                 pkg.fits_a_zip()?;
             }
             artifacts_dir.map(|dir| pkg.copy_to(&dir)).transpose()?;
-            let (sha, mb, s) = (&pkg.sha256, mb(pkg.unzipped_bytes), t.elapsed().as_secs_f64());
-            let figures = format!("bootstrap sha256 {sha}, {mb:.1} MB, {s:.0} s");
+            let (sha, mb) = (&pkg.sha256, util::mb(pkg.unzipped_bytes));
+            let figures =
+                format!("bootstrap sha256 {sha}, {mb:.1} MB, {:.0} s", t.elapsed().as_secs_f64());
             util::verdict("lambda build", true, &figures, &pkg)
         }
         Some(Command::Preflight) => preflight::run(),

@@ -3,7 +3,6 @@
 
 use crate::prelude::*;
 use crate::util::TRIPLE;
-use std::io::Write;
 
 pub const LIMIT_ZIPPED_DIRECT: u64 = 50 << 20;
 /// Lambda's limit for a zip package, unzipped (the API refuses more than 262,144,000 bytes).
@@ -27,10 +26,7 @@ pub struct Package {
 impl Package {
     /// Copies the tested binary to `dir/bootstrap` (for `sam build`) and checks the copy.
     pub fn copy_to(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let dest = dir.join("bootstrap");
-        std::fs::copy(&self.bootstrap, &dest)
-            .with_context(|| format!("cannot copy the bootstrap to {}", dest.display()))?;
+        let dest = copy_bootstrap(&self.bootstrap, dir)?;
         let copied = util::sha256_file(&dest)?;
         ensure!(copied == self.sha256, "{} differs from the tested bootstrap", dest.display());
         log!("copied the tested bootstrap to {}", dest.display());
@@ -68,21 +64,17 @@ pub fn parameters_for(bytes: u64) -> Option<String> {
 pub fn build(skip_build: bool) -> Result<Package> {
     let built = if skip_build { util::Shipped::last()? } else { util::build_shipped()? };
     // Without a given or reused index, the shipped build's own build script packed it.
-    let packed_here = || {
-        let build = util::target_dir().join(TRIPLE).join(util::PROFILE).join("build");
-        util::newest_index_artifact(&build).context("no index artifact packed")
-    };
+    let build = util::target_dir().join(TRIPLE).join(util::PROFILE).join("build");
+    let packed_here = || util::newest_index_artifact(&build).context("no index artifact packed");
     let index_artifact = built.index.map_or_else(packed_here, Ok)?;
     util::check_static_x86_64(&built.bootstrap).context("the static flags did not apply")?;
     let package_dir = util::target_dir().join("lambda-package");
     let dir = package_dir.join("bootstrap");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let bootstrap = dir.join("bootstrap");
-    std::fs::copy(&built.bootstrap, &bootstrap)?;
-    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
+    let _ = fs::remove_dir_all(&dir);
+    let bootstrap = copy_bootstrap(&built.bootstrap, &dir)?;
+    let len = |p: &Path| fs::metadata(p).map(|m| m.len());
     let zip = package_dir.join("bootstrap.zip");
-    let _ = std::fs::remove_file(&zip);
+    let _ = fs::remove_file(&zip);
     // A bootstrap smaller than its index does not hold it: the file form, the index beside.
     let (index_beside, zipped_bytes) = if len(&bootstrap)? < len(&index_artifact)? {
         let beside = util::ship_index(&index_artifact, &dir)?;
@@ -91,22 +83,20 @@ pub fn build(skip_build: bool) -> Result<Package> {
         (Some(beside), 0)
     } else {
         // `bootstrap` (mode 755) deflated at zlib's default level, as `sam deploy` packages it.
-        let mut z = zip::ZipWriter::new(std::fs::File::create(&zip)?);
+        let mut z = zip::ZipWriter::new(fs::File::create(&zip)?);
         let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
         z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
-        z.write_all(&std::fs::read(&bootstrap)?)?;
+        z.write_all(&fs::read(&bootstrap)?)?;
         z.finish()?;
         (None, len(&zip)?)
     };
-    let unzipped_bytes = len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?;
-    let sha256 = util::sha256_file(&bootstrap)?;
     Ok(Package {
         dir,
-        bootstrap,
         zip,
-        sha256,
+        sha256: util::sha256_file(&bootstrap)?,
         zipped_bytes,
-        unzipped_bytes,
+        unzipped_bytes: len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?,
+        bootstrap,
         index_artifact,
         index_beside,
     })
@@ -114,50 +104,37 @@ pub fn build(skip_build: bool) -> Result<Package> {
 
 /// Copies a built binary to `dir/bootstrap` (what a custom runtime starts) and checks the copy.
 pub fn copy_bootstrap(bin: &Path, dir: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+    fs::create_dir_all(dir)?;
     let dest = dir.join("bootstrap");
-    std::fs::copy(bin, &dest).with_context(|| format!("cannot copy to {}", dest.display()))?;
+    fs::copy(bin, &dest).with_context(|| format!("cannot copy to {}", dest.display()))?;
     ensure!(util::sha256_file(&dest)? == util::sha256_file(bin)?, "{} differs", dest.display());
     Ok(dest)
 }
 
-/// The image context of a shard's package: target/shards/<number>/ with the package's
-/// `bootstrap/` (template-sharded.yaml's Shard<number> builds it). Returns the directory.
+/// A shard's image context, target/shards/<number>/ (template-sharded.yaml's Shard<number>).
 pub fn shard_context(pkg: &Package, shard: &Path) -> Result<PathBuf> {
     let part = super::logs::identity(shard)?.part;
     let number = part.strip_prefix("shard ").and_then(|p| p.split(' ').next());
     let number = number.with_context(|| format!("{} is {part}, not a shard", shard.display()))?;
     let context = util::target_dir().join("shards").join(number);
-    let _ = std::fs::remove_dir_all(&context);
-    let dir = context.join("bootstrap");
-    copy_bootstrap(&pkg.bootstrap, &dir)?;
-    if pkg.index_beside.is_some() {
-        util::ship_index(&pkg.index_artifact, &dir)?;
-    }
+    let _ = fs::remove_dir_all(&context);
+    pkg.copy_to(&context.join("bootstrap"))?;
     log!("shard {number}'s image context in {}", context.display());
     Ok(context)
 }
 
-/// The PreTraffic hook in `dir`: `bin` (a build of `pretraffic`) as `bootstrap`, and
-/// `sample.json` labelled by the labeller over the references of the scorer's index, whose digest
-/// must be the index's (a sample of other references would fail a right index).
+/// The hook in `dir`: `bin` as `bootstrap` and `sample.json` labelled over the references of the
+/// scorer's index, their digest the index's (a sample of others would fail a right index).
 pub fn hook(dir: &Path, bin: &Path) -> Result<String> {
     copy_bootstrap(bin, dir)?;
     let refs = std::env::var_os("FRAUD_REFERENCES")
         .filter(|r| !r.is_empty())
         .map_or_else(|| root().join("resources/references.json.gz"), PathBuf::from);
-    let index =
-        util::Shipped::last()?.index.context("no index built: run the scorer's build first")?;
+    let index = util::Shipped::last()?.index.context("no index built: build the scorer first")?;
     let want = super::logs::identity(&index)?.references_sha256;
-    let got = decompressed_sha256(&refs)?;
-    ensure!(
-        got == want,
-        "{} (SHA-256 {got}) are not the references of the index {} ({want}): set FRAUD_REFERENCES",
-        refs.display(),
-        index.display()
-    );
-    let labeller = util::built("labeller")?;
-    let sample = dir.join("sample.json");
+    let (got, r, i) = (decompressed_sha256(&refs)?, refs.display(), index.display());
+    ensure!(got == want, "{r} (SHA-256 {got}) are not the references of the index {i} ({want}): set FRAUD_REFERENCES");
+    let (labeller, sample) = (util::built("labeller")?, dir.join("sample.json"));
     let paths = [("--references", refs.as_path()), ("--out", sample.as_path())];
     util::run(&util::command(&labeller, "deploy-sample --any-references", &paths))?;
     Ok(format!("hook and {} labelled over {}", sample.display(), refs.display()))
@@ -166,8 +143,7 @@ pub fn hook(dir: &Path, bin: &Path) -> Result<String> {
 /// SHA-256 of a references file's JSON (decompressed when it ends in .gz), as the index records it.
 fn decompressed_sha256(path: &Path) -> Result<String> {
     use sha2::Digest;
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file = fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut reader: Box<dyn std::io::Read> = match path.extension() {
         Some(e) if e == "gz" => Box::new(flate2::read::MultiGzDecoder::new(file)),
         _ => Box::new(file),
@@ -177,9 +153,8 @@ fn decompressed_sha256(path: &Path) -> Result<String> {
     Ok(index_pack::format::hex(&hasher.finalize()))
 }
 
-/// The hook of the workspace build with the sample of the shipped index's references, in
-/// `<target>/xtask/lambda/hook` (what the gates run under the emulator; `sam build` ships the
-/// static build of the same source). Returns the directory.
+/// The hook of the workspace build and its sample in `<target>/xtask/lambda/hook`, which the gates
+/// run under the emulator (`sam build` ships the static build of the same source).
 pub fn workspace_hook() -> Result<PathBuf> {
     let dir = util::xtask_dir("lambda")?.join("hook");
     let bin = util::target_dir().join(util::PROFILE).join("pretraffic");

@@ -31,15 +31,14 @@ impl Tools {
         ensure!(version.contains(SAM_CLI_VERSION), "{why}: run scripts/setup.sh (it installs it)");
         // <venv>/lib/python3.*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64
         let lib = venv.join("lib");
-        let dirs = std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))?;
+        let dirs = fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))?;
         let rapid = "site-packages/samcli/local/rapid/aws-lambda-rie-x86_64";
         let rie = dirs.flatten().map(|d| d.path().join(rapid)).find(|p| p.exists());
-        let why =
-            || format!("no RIE in the SAM CLI of {} (remove it to reinstall)", venv.display());
-        let rie = rie.with_context(why)?;
+        let why = format!("no RIE in the SAM CLI of {} (remove it to reinstall)", venv.display());
+        let rie = rie.context(why)?;
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&rie)?.permissions().mode();
-        std::fs::set_permissions(&rie, std::fs::Permissions::from_mode(mode | 0o755))?;
+        let mode = fs::metadata(&rie)?.permissions().mode();
+        fs::set_permissions(&rie, fs::Permissions::from_mode(mode | 0o755))?;
         Ok(Tools { sam, rie })
     }
 
@@ -55,10 +54,8 @@ impl Tools {
         Ok(said.into_iter().collect::<Result<Vec<String>>>()?.join("; "))
     }
 
-    /// `sam build` of the scorer: what `sam deploy` uploads of it. Returns the built bootstrap.
-    /// The hook's own static build (`make build-PreTrafficHook`) is left out: its fat-LTO link of
-    /// the AWS SDK alone takes 76 s on CI's 2 cores, and the gate runs the same source as the
-    /// workspace build (`hook::run`).
+    /// `sam build` of the scorer (what `sam deploy` uploads); the built bootstrap. Not the hook's
+    /// static build: its fat-LTO link takes 76 s of CI, and the gate runs the same source.
     pub fn build(&self) -> Result<PathBuf> {
         util::run(&self.sam(&["build", FUNCTION, "--template", "template.yaml"]))?;
         let built = root().join(".aws-sam/build").join(FUNCTION).join("bootstrap");
@@ -67,10 +64,9 @@ impl Tools {
     }
 }
 
-/// template.yaml's parameter defaults that the emulator reproduces (memory, timeout, prefault,
-/// how often the metrics are written).
+/// template.yaml's defaults the emulator reproduces: memory, timeout, prefault, metrics flush.
 pub fn defaults() -> Result<Settings> {
-    let text = std::fs::read_to_string(root().join("template.yaml"))?;
+    let text = fs::read_to_string(root().join("template.yaml"))?;
     let t: Value = yaml_serde::from_str(&text).context("template.yaml")?;
     let get = |name: &str| -> Result<String> {
         Ok(match &t["Parameters"][name]["Default"] {
@@ -82,10 +78,7 @@ pub fn defaults() -> Result<Settings> {
     Ok(Settings {
         memory_mb: get("FunctionMemoryMB")?.parse()?,
         timeout_s: get("FunctionTimeoutSeconds")?.parse()?,
-        prefault: match get("PrefaultIndex")?.as_str() {
-            "auto" => None,
-            p => Some(p == "1"),
-        },
+        prefault: Some(get("PrefaultIndex")?).filter(|p| p != "auto").map(|p| p == "1"),
         cpus: None,
         env: vec![(METRICS_FLUSH.into(), get("MetricsFlushSeconds")?)],
     })

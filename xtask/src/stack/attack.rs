@@ -6,17 +6,17 @@ use super::Common;
 use crate::prelude::*;
 use crate::util::{Background, Quantiles};
 use clap::ValueEnum;
-use std::io::{ErrorKind, Read, Write};
+use httparse::Status;
+use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitStatus;
 
 /// `local-runner serve`'s default `--max-connections`.
 const SERVE_CAP: usize = 1024;
-/// The bounds of the gate (and [`Target::max_p99_ms`]).
+/// The bounds of the gate (and the benign client's p99, [`Run::judged`]).
 const SERVE_GROWTH_MB: f64 = 32.0;
 const STACK_PEAK_SHARE: f64 = 0.8;
-/// The least share of the cap held at once (the benign client holds one; slowhttptest counts
-/// once a second).
+/// The least share of the cap held at once (the benign client holds one; slowhttptest counts).
 const HELD_SHARE: f64 = 0.98;
 /// The benign client: one request every this, each failing after the timeout.
 const BENIGN_EVERY: Duration = Duration::from_millis(10);
@@ -42,25 +42,15 @@ pub struct Args {
 
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Target {
+pub enum Target {
     #[default]
     Serve,
     Stack,
 }
 
-impl Target {
-    /// The bound of the benign client's p99.
-    fn max_p99_ms(self) -> f64 {
-        match self {
-            Target::Serve => 10.0,
-            Target::Stack => 100.0,
-        }
-    }
-}
-
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-enum Attack {
+pub enum Attack {
     #[default]
     Slowloris,
     SlowBody,
@@ -69,20 +59,19 @@ enum Attack {
 }
 
 impl Attack {
-    fn name(self) -> String {
+    pub fn name(self) -> String {
         self.to_possible_value().expect("every attack has a name").get_name().to_string()
     }
 
-    /// slowhttptest's arguments for `connections` at `addr` for `seconds` (None: our flood).
-    fn slowhttptest(self, addr: SocketAddr, connections: usize, seconds: u64) -> Option<String> {
+    /// slowhttptest's arguments for `cap` connections at `addr` for `seconds` (None: our flood).
+    pub fn slowhttptest(self, addr: SocketAddr, cap: usize, seconds: u64) -> Option<String> {
         // Reach the cap within about two seconds; follow-up data every 3 s (the deadlines are
         // 10 s); slowhttptest's own probe request waits 3 s.
-        let common = format!("-c {connections} -r {} -l {seconds} -p 3", connections.div_ceil(2));
+        let common = format!("-c {cap} -r {} -l {seconds} -p 3", cap.div_ceil(2));
         let mode = match self {
             Attack::Slowloris => "-H -i 3 -x 24 -u http://{addr}/ready",
             Attack::SlowBody => "-B -i 3 -s 8192 -f application/json -u http://{addr}/fraud-score",
-            // Each connection pipelines 8 requests and advertises a 1-16 byte window, taking 8
-            // bytes every 2 s.
+            // Each connection pipelines 8 requests, a 1-16 byte window, taking 8 bytes every 2 s.
             Attack::SlowRead => "-X -k 8 -n 2 -w 1 -y 16 -z 8 -u http://{addr}/ready",
             Attack::Flood => return None,
         };
@@ -114,35 +103,37 @@ pub struct Attacker {
 }
 
 #[derive(Debug, Default, Serialize)]
-struct Run {
-    target: Target,
-    attack: Attack,
-    seconds: u64,
-    cap: usize,
-    attacker: Attacker,
-    benign: Benign,
+pub struct Run {
+    pub target: Target,
+    pub attack: Attack,
+    pub problems: Vec<String>,
+    pub seconds: u64,
+    pub cap: usize,
     /// `serve`: its own process.
-    serve: Option<Process>,
+    pub serve: Option<Process>,
+    pub attacker: Attacker,
+    pub benign: Benign,
     /// The stack: every container's counters over the attack.
-    containers: Vec<Container>,
-    problems: Vec<String>,
+    pub containers: Vec<Container>,
 }
 
 /// `serve`'s anonymous memory (RssAnon) before and at its peak, MB, and its CPU seconds.
 #[derive(Clone, Copy, Debug, Serialize)]
-struct Process {
-    anon_before_mb: f64,
-    anon_peak_mb: f64,
-    cpu_s: f64,
+pub struct Process {
+    pub anon_before_mb: f64,
+    pub anon_peak_mb: f64,
+    pub cpu_s: f64,
 }
 
 impl Run {
     /// Judges what the attacker and the benign client did.
-    fn judged(mut self) -> Run {
-        let max_p99 = self.target.max_p99_ms();
+    pub fn judged(mut self) -> Run {
+        let max_p99 = match self.target {
+            Target::Serve => 10.0,
+            Target::Stack => 100.0,
+        };
         let (a, b) = (&self.attacker, &self.benign);
-        let found = [attacker_problems(a, self.cap), benign_problems(b, max_p99)].concat();
-        self.problems(found);
+        self.problems([attacker_problems(a, self.cap), benign_problems(b, max_p99)].concat());
         self
     }
 
@@ -150,17 +141,6 @@ impl Run {
     fn problems(&mut self, found: impl IntoIterator<Item = String>) {
         let (target, attack) = (format!("{:?}", self.target).to_lowercase(), self.attack.name());
         self.problems.extend(found.into_iter().map(|p| format!("{target} {attack}: {p}")));
-    }
-
-    /// The memory and CPU columns: `serve`'s own process, or every container's.
-    fn memory_cpu(&self) -> (String, String) {
-        let cpu = |c: &Container| format!("{} {:.1}", c.service, c.cpu_s());
-        match self.serve {
-            Some(Process { anon_before_mb: b, anon_peak_mb: p, cpu_s }) => {
-                (format!("anon {b:.1} -> {p:.1} MB"), format!("{cpu_s:.1}"))
-            }
-            None => (memory_figures(&self.containers), util::list(&self.containers, cpu)),
-        }
     }
 }
 
@@ -200,17 +180,16 @@ pub fn run(a: Args) -> Result<()> {
 fn on_serve(bin: &Path, r: Run) -> Result<Run> {
     let log = util::xtask_dir("attack")?.join(format!("serve-{}.log", r.attack.name()));
     let served = util::Served::start(bin, &log)?;
-    let pid = *served.server.pids().first().context("no server pid")?;
+    let pid = *served.server.0.pids().first().context("no server pid")?;
     let anon_kb = move || -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
         util::status_kb(&status, "RssAnon").with_context(|| format!("no RssAnon for {pid}"))
     };
-    let (before, cpu_before, every) = (anon_kb()?, cpu_ticks(pid)?, Duration::from_millis(50));
+    let (before, cpu0, every) = (anon_kb()?, cpu_ticks(pid)?, Duration::from_millis(50));
     let peak = Background::every(every, before, move |m| *m = anon_kb().map_or(*m, |v| v.max(*m)));
     let mut r = attacked(r, served.addr)?;
-    let (peak, cpu_s) =
-        (peak.stop() as f64 / 1024.0, (cpu_ticks(pid)? - cpu_before) as f64 / 100.0);
-    let (alive, before) = (served.server.try_wait()?.is_none(), before as f64 / 1024.0);
+    let (peak, cpu_s) = (peak.stop() as f64 / 1024.0, (cpu_ticks(pid)? - cpu0) as f64 / 100.0);
+    let (alive, before) = (served.server.0.try_wait()?.is_none(), before as f64 / 1024.0);
     r.serve = Some(Process { anon_before_mb: before, anon_peak_mb: peak, cpu_s });
     let grew = format!("anonymous memory grew {:.1} MB (over {SERVE_GROWTH_MB} MB)", peak - before);
     r.problems(util::failed([
@@ -255,7 +234,7 @@ fn attacked(r: Run, addr: SocketAddr) -> Result<Run> {
 }
 
 /// What makes the attacker's run no test: its tool failing, or under [`HELD_SHARE`] of the cap.
-fn attacker_problems(a: &Attacker, cap: usize) -> Vec<String> {
+pub fn attacker_problems(a: &Attacker, cap: usize) -> Vec<String> {
     let (least, held) = ((HELD_SHARE * cap as f64).ceil() as u64, a.connections);
     let few = format!(
         "the attacker held {held} connections at once, under {least} (98 % of the cap {cap})"
@@ -263,7 +242,7 @@ fn attacker_problems(a: &Attacker, cap: usize) -> Vec<String> {
     a.failure.iter().cloned().chain((held < least).then_some(few)).collect()
 }
 
-fn benign_problems(b: &Benign, max_p99: f64) -> Vec<String> {
+pub fn benign_problems(b: &Benign, max_p99: f64) -> Vec<String> {
     let first = b.first_failure.as_deref().unwrap_or("?");
     let failed = format!("the benign client had {} failed requests (first: {first})", b.failures);
     let slow = format!("the benign client's p99 {:.2} ms (at most {max_p99} ms)", b.latency_ms.p99);
@@ -278,16 +257,15 @@ fn attack_for(r: &Run, addr: SocketAddr) -> Result<Attacker> {
     let dir = util::xtask_dir("attack")?;
     let prefix = dir.join(format!("{}-{}", addr.port(), r.attack.name()));
     let (log, csv) = (prefix.with_extension("log"), prefix.with_extension("csv"));
-    let _ = std::fs::remove_file(&csv);
+    let _ = fs::remove_file(&csv);
     let args = format!("{args} -g -o {}", prefix.display());
     let e = util::to_log(duct::cmd("slowhttptest", args.split(' ')).dir(&dir), &log);
     let status = e.unchecked().run().context("cannot run slowhttptest")?.status;
-    Ok(slowhttptest_run(status, std::fs::read_to_string(csv).ok().as_deref(), &log))
+    Ok(slowhttptest_run(status, fs::read_to_string(csv).ok().as_deref(), &log))
 }
 
-/// What slowhttptest did: it exited `status` and wrote `csv` (its statistics, if any): the most
-/// connections it held at once, and whether its probe always got an answer.
-fn slowhttptest_run(status: ExitStatus, csv: Option<&str>, log: &Path) -> Attacker {
+/// What slowhttptest did (`csv`: its statistics): most connections at once, its probe answered.
+pub fn slowhttptest_run(status: ExitStatus, csv: Option<&str>, log: &Path) -> Attacker {
     // "Seconds,Closed,Pending,Connected,Service Available"; the last is the connection target
     // while slowhttptest's probe got an answer in time, 0 while it did not.
     let rows: Vec<Vec<&str>> =
@@ -303,8 +281,7 @@ fn slowhttptest_run(status: ExitStatus, csv: Option<&str>, log: &Path) -> Attack
     Attacker { connections, service_available: Some(available), failure, ..Attacker::default() }
 }
 
-/// Our flood: `connections` connections pipelining `GET /ready` 64 KiB at a time and never
-/// reading (raw sockets); a connection the server closes is opened again.
+/// Our flood: `connections` pipelining `GET /ready` 64 KiB at a time, never reading, reopened.
 fn flood(addr: SocketAddr, connections: usize, length: Duration) -> Attacker {
     let batch = "GET /ready HTTP/1.1\r\nHost: attack\r\n\r\n".repeat(64 * 1024 / 36);
     let open = || -> Option<TcpStream> {
@@ -321,12 +298,9 @@ fn flood(addr: SocketAddr, connections: usize, length: Duration) -> Attacker {
             a.opened += 1;
         }
         a.connections = a.connections.max(conns.len() as u64);
-        conns.retain_mut(|s| match s.write(batch.as_bytes()) {
-            Ok(n) => {
-                a.bytes_written += n as u64;
-                true
-            }
-            Err(e) => e.kind() == ErrorKind::WouldBlock,
+        conns.retain_mut(|s| {
+            let written = s.write(batch.as_bytes()).inspect(|n| a.bytes_written += *n as u64);
+            written.map_or_else(|e| e.kind() == ErrorKind::WouldBlock, |_| true)
         });
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -354,10 +328,8 @@ fn benign(addr: SocketAddr) -> Result<Background<Client>> {
         let (i, t) = (b.requests as usize, Instant::now());
         b.requests += 1;
         let (request, entry) = (&requests[i % picked.len()], &entries[picked[i % picked.len()]]);
-        let answer = match conn {
-            Ok(s) => exchange(s, request),
-            Err(e) => Err(format!("connect: {e}")),
-        };
+        let answer =
+            conn.as_mut().map_err(|e| format!("connect: {e}")).and_then(|s| exchange(s, request));
         match answer.and_then(|(status, body)| entry.judge(status, &body)) {
             Ok(()) => latencies.push(t.elapsed().as_secs_f64() * 1e3),
             Err(why) => {
@@ -373,7 +345,7 @@ fn benign(addr: SocketAddr) -> Result<Background<Client>> {
 type Client = (Benign, Vec<f64>, std::io::Result<TcpStream>);
 
 /// Writes one request and reads its answer: the status and the body.
-fn exchange(s: &mut TcpStream, request: &[u8]) -> Result<(u16, String), String> {
+pub fn exchange(s: &mut TcpStream, request: &[u8]) -> Result<(u16, String), String> {
     s.write_all(request).map_err(|e| format!("write: {e}"))?;
     let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
     loop {
@@ -382,17 +354,14 @@ fn exchange(s: &mut TcpStream, request: &[u8]) -> Result<(u16, String), String> 
             n => buf.extend_from_slice(&chunk[..n]),
         }
         let mut headers = [httparse::EMPTY_HEADER; 16];
-        let mut answer = httparse::Response::new(&mut headers);
-        let head = match answer.parse(&buf).map_err(|e| e.to_string())? {
-            httparse::Status::Complete(head) => head,
-            httparse::Status::Partial => continue,
-        };
-        let length = answer.headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-length"));
+        let mut resp = httparse::Response::new(&mut headers);
+        let Status::Complete(head) = resp.parse(&buf).map_err(|e| e.to_string())? else { continue };
+        let length = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-length"));
         let length =
             length.and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
         let end = head + length.ok_or("no content-length")?;
         if buf.len() >= end {
-            return Ok((answer.code.unwrap_or(0), String::from_utf8_lossy(&buf[head..end]).into()));
+            return Ok((resp.code.unwrap_or(0), String::from_utf8_lossy(&buf[head..end]).into()));
         }
     }
 }
@@ -408,7 +377,7 @@ fn haproxy_address(s: &Session) -> Result<SocketAddr> {
 
 /// User + system CPU of a process, in clock ticks (100 a second).
 fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name (2nd field) may hold spaces; the fields after its ')' are plain.
     let rest = stat.rsplit_once(')').context("unexpected /proc stat")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -416,8 +385,8 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
 }
 
 /// HAProxy's frontend `maxconn`: the stack's connection cap.
-fn haproxy_maxconn(cfg: &Path) -> Result<usize> {
-    let text = std::fs::read_to_string(cfg).with_context(|| format!("no {}", cfg.display()))?;
+pub fn haproxy_maxconn(cfg: &Path) -> Result<usize> {
+    let text = util::read_text(cfg)?;
     let frontend = text.split("\nfrontend ").nth(1).context("no frontend section")?;
     let section = frontend.split("\nbackend ").next().unwrap_or(frontend);
     let line = section.lines().map(str::trim).find(|l| l.starts_with("maxconn "));
@@ -430,18 +399,24 @@ fn raise_open_files() -> Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-    ensure!(
-        hard >= 4096,
-        "the hard limit on open files is {hard}: the attacks need thousands of connections"
-    );
+    let why = "the attacks need thousands of connections";
+    ensure!(hard >= 4096, "the hard limit on open files is {hard}: {why}");
     Ok(())
 }
 
 /// The record's table: one row per target and attack.
 fn table(runs: &[Run]) -> String {
     let mut t = String::from("| target | attack | cap | attacker connections | benign requests | failures | p50 ms | p99 ms | max ms | memory | CPU s | problems |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let cpu = |c: &Container| format!("{} {:.1}", c.service, c.cpu_s());
     for r in runs {
-        let ((memory, cpu), b, q) = (r.memory_cpu(), &r.benign, &r.benign.latency_ms);
+        // The memory and CPU columns: `serve`'s own process, or every container's.
+        let (memory, cpu) = match r.serve {
+            Some(Process { anon_before_mb: b, anon_peak_mb: p, cpu_s }) => {
+                (format!("anon {b:.1} -> {p:.1} MB"), format!("{cpu_s:.1}"))
+            }
+            None => (memory_figures(&r.containers), util::list(&r.containers, cpu)),
+        };
+        let (b, q) = (&r.benign, &r.benign.latency_ms);
         let problems = if r.problems.is_empty() { "-".into() } else { r.problems.join("; ") };
         let (target, attack, conns) = (r.target, r.attack.name(), r.attacker.connections);
         t += &format!(
@@ -468,101 +443,4 @@ fn figures(runs: &[Run]) -> String {
         format!("{target:?} {attack} ({conns} connections): {failures} failures, p99 {p99:.2} ms, {mem}")
             .to_lowercase()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    #[test]
-    fn attacks_are_aimed_at_the_cap_on_loopback() {
-        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        let args = Attack::Slowloris.slowhttptest(at(9999), 1000, 10).unwrap();
-        assert_eq!(args, "-H -i 3 -x 24 -u http://127.0.0.1:9999/ready -c 1000 -r 500 -l 10 -p 3");
-        let read = Attack::SlowRead.slowhttptest(at(8080), 1024, 5).unwrap();
-        assert!(read.starts_with("-X -k 8 ") && read.contains("-c 1024 -r 512 -l 5"), "{read}");
-        let body = Attack::SlowBody.slowhttptest(at(1), 2, 3).unwrap();
-        assert!(body.contains("-B ") && body.contains("127.0.0.1:1/fraud-score"), "{body}");
-        assert!(Attack::Flood.slowhttptest(at(1), 2, 3).is_none());
-        let names: Vec<String> = Attack::value_variants().iter().map(|a| a.name()).collect();
-        assert_eq!(names, ["slowloris", "slow-body", "slow-read", "flood"]);
-    }
-
-    #[test]
-    fn an_attacker_that_fails_or_holds_too_few_connections_is_a_problem() {
-        let csv = "Seconds,Closed,Pending,Connected,Service Available\n0,0,10,0,1\n1,0,300,500,1\n2,20,0,1004,0\n";
-        let (ok, log) = (ExitStatus::from_raw(0), Path::new("x.log"));
-        let a = slowhttptest_run(ok, Some(csv), log);
-        assert_eq!(
-            (a.connections, a.service_available, a.failure.as_deref()),
-            (1004, Some(false), None)
-        );
-        assert!(attacker_problems(&a, 1024).is_empty());
-        let few = attacker_problems(&a, 1100);
-        assert_eq!(
-            few,
-            ["the attacker held 1004 connections at once, under 1078 (98 % of the cap 1100)"]
-        );
-        let failed = attacker_problems(
-            &slowhttptest_run(ExitStatus::from_raw(1 << 8), Some(csv), log),
-            1024,
-        );
-        assert_eq!(failed, ["slowhttptest exit status: 1 (log: x.log)"]);
-        let silent = attacker_problems(&slowhttptest_run(ok, None, log), 512);
-        assert_eq!(silent[0], "slowhttptest wrote no statistics (log: x.log)");
-        assert!(silent[1].starts_with("the attacker held 0 connections at once, under 502"));
-        let held = |connections| Attacker { connections, ..Attacker::default() };
-        assert!(attacker_problems(&held(512), 512).is_empty());
-        assert_eq!(attacker_problems(&held(501), 512).len(), 1);
-        // With the benign client's own judgement, named after the target and the attack.
-        let q = |p99| Quantiles { p99, ..Quantiles::default() };
-        let benign = |failures, p99| Benign {
-            requests: 800,
-            failures,
-            latency_ms: q(p99),
-            ..Benign::default()
-        };
-        let run = |target, cap, connections, benign| {
-            let attacker = held(connections);
-            Run { target, attack: Attack::Flood, cap, attacker, benign, ..Run::default() }
-                .judged()
-                .problems
-        };
-        assert!(run(Target::Serve, 1024, 1023, benign(0, 9.0)).is_empty());
-        assert!(run(Target::Stack, 512, 512, benign(0, 90.0)).is_empty());
-        assert_eq!(
-            run(Target::Serve, 1024, 1024, benign(2, 11.0)),
-            [
-                "serve flood: the benign client had 2 failed requests (first: ?)",
-                "serve flood: the benign client's p99 11.00 ms (at most 10 ms)"
-            ]
-        );
-        let few = "stack flood: the attacker held 400 connections at once, under 502 (98 % of the cap 512)";
-        assert_eq!(run(Target::Stack, 512, 400, benign(0, 0.4)), [few]);
-        assert_eq!(benign_problems(&Benign::default(), 100.0).len(), 1);
-    }
-
-    #[test]
-    fn an_answer_is_read_whole_from_its_parts() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let _ = s.read(&mut [0; 256]);
-            for part in ["HTTP/1.1 503 Busy\r\nContent-Len", "gth: 7\r\n\r\n{\"a", "\":1}"] {
-                s.write_all(part.as_bytes()).unwrap();
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        let mut s = TcpStream::connect(addr).unwrap();
-        assert_eq!(exchange(&mut s, b"GET / HTTP/1.1\r\n\r\n"), Ok((503, r#"{"a":1}"#.into())));
-        // The server has gone: closed, or reset for the request it never read.
-        assert!(exchange(&mut s, b"GET / HTTP/1.1\r\n\r\n").is_err());
-    }
-
-    #[test]
-    fn the_stack_cap_is_haproxys_frontend_maxconn() {
-        assert!(haproxy_maxconn(&root().join("docker/haproxy/haproxy.cfg")).unwrap() >= 250);
-    }
 }

@@ -1,6 +1,7 @@
 //! A container's cgroup v1 counters (cgroupfs driver): memory, OOM kills, CPU and throttling.
 
 use crate::prelude::*;
+use crate::util::read_text as read;
 
 #[derive(Clone, Debug)]
 pub struct Cgroup {
@@ -35,13 +36,12 @@ impl Cgroup {
 
     pub fn snapshot(&self) -> Result<Snapshot> {
         let mem = |f: &str| read(&self.memory.join(f)).and_then(|s| number(&s));
-        let (cpu, oom) =
-            (read(&self.cpu.join("cpu.stat"))?, read(&self.memory.join("memory.oom_control"))?);
+        let cpu = read(&self.cpu.join("cpu.stat"))?;
         Ok(Snapshot {
             memory_limit: mem("memory.limit_in_bytes")?,
             memory_peak: mem("memory.max_usage_in_bytes")?,
             memory_failcnt: mem("memory.failcnt")?,
-            oom_kill: keyed(&oom, "oom_kill")?,
+            oom_kill: keyed(&read(&self.memory.join("memory.oom_control"))?, "oom_kill")?,
             cpu_ns: number(&read(&self.cpuacct.join("cpuacct.usage"))?)?,
             nr_throttled: keyed(&cpu, "nr_throttled")?,
             throttled_ns: keyed(&cpu, "throttled_time")?,
@@ -56,32 +56,17 @@ impl Cgroup {
     /// Resets the peak and failcnt, so that the next reading is this run's.
     pub fn reset_peak(&self) -> Result<()> {
         for p in ["memory.max_usage_in_bytes", "memory.failcnt"].map(|f| self.memory.join(f)) {
-            std::fs::write(&p, "0").with_context(|| format!("cannot reset {}", p.display()))?;
+            fs::write(&p, "0").with_context(|| format!("cannot reset {}", p.display()))?;
         }
         Ok(())
     }
 }
 
-fn read(p: &Path) -> Result<String> {
-    std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
-}
-
-fn number(s: &str) -> Result<u64> {
+pub fn number(s: &str) -> Result<u64> {
     s.trim().parse().with_context(|| format!("not a number: {s:?}"))
 }
 
 /// The value of `key` in `key value` lines (cpu.stat, memory.oom_control); 0 when absent.
-fn keyed(s: &str, key: &str) -> Result<u64> {
+pub fn keyed(s: &str, key: &str) -> Result<u64> {
     s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')).map_or(Ok(0), number)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_oom_control_and_cpu_stat() {
-        let (oom, cpu) = ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "nr_throttled 36\n");
-        let got = [(oom, "oom_kill"), (cpu, "nr_throttled"), (cpu, "throttled_time")];
-        assert_eq!(got.map(|(s, k)| super::keyed(s, k).unwrap()), [2, 36, 0]);
-        assert!(super::keyed("oom_kill x\n", "oom_kill").is_err() && super::number("x").is_err());
-    }
 }

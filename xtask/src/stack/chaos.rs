@@ -60,8 +60,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
         start.and_then(|d| after[d..].iter().position(|s| f(s)).map(|i| d + i))
     };
     let down = from(Some(0), &|s| s.server(victim).is_some_and(StatRow::out));
-    let back = from(from(Some(0), &|s| !ready(s)), &ready);
-    let up = from(down, &is_up);
+    let (back, up) = (from(from(Some(0), &|s| !ready(s)), &ready), from(down, &is_up));
     // Sessions given it while out, and the first UP sample after its /ready 200 where its
     // sessions grow (the only sign it serves again when HAProxy never marked it DOWN).
     let leak = down
@@ -69,14 +68,12 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
         .map(|(d, u)| stot(after[u.saturating_sub(1).max(d)]).saturating_sub(stot(after[d])));
     let serving = |j: &usize| is_up(after[*j]) && stot(after[*j]) > stot(after[j - 1]);
     let rel = |i: usize| after[i].t - t_kill;
+    let failure = |f: &Failure| (f.start_ms as i64 - t_kill as i64, f.took_ms, f.error.clone());
     KillReport {
         victim: victim.to_string(),
         at_ms: t_kill,
         failed: failures.len(),
-        failures: failures
-            .iter()
-            .map(|f| (f.start_ms as i64 - t_kill as i64, f.took_ms, f.error.clone()))
-            .collect(),
+        failures: failures.iter().map(failure).collect(),
         down_ms: down.map(rel),
         ready_ms: back.map(rel),
         up_ms: up.map(rel),
@@ -87,7 +84,7 @@ pub fn analyse(victim: &str, t_kill: u64, samples: &[Sample], failures: &[Failur
 }
 
 /// The failures of the kill at `t` (by start time), and those before it (unexplained).
-fn attribute(t: u64, failures: Vec<Failure>) -> (Vec<Failure>, Vec<Failure>) {
+pub fn attribute(t: u64, failures: Vec<Failure>) -> (Vec<Failure>, Vec<Failure>) {
     failures.into_iter().partition(|f| f.start_ms + SLACK_MS >= t)
 }
 
@@ -128,38 +125,33 @@ fn kill(rate: u32, s: &mut Session, victim: &str) -> Result<(u64, Vec<Failure>, 
     let k6 = k6::steady(rate, SECONDS, &[("LOG_FAILURES", "1".into())], &base)?;
     // The kill counts from the first requests (k6 first loads the test set for a few seconds).
     let t_traffic = wait_traffic(&s.compose)?;
-    std::thread::sleep(Duration::from_millis(
-        (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms()),
-    ));
+    let first_kill = (t_traffic + FIRST_KILL_S * 1000).saturating_sub(util::now_ms());
+    std::thread::sleep(Duration::from_millis(first_kill));
     let pid = inspect(&s.compose.id(victim)?)?["State"]["Pid"].as_u64().context("no pid")?;
     let t = util::now_ms();
     util::signal(pid as u32, nix::sys::signal::SIGKILL)?;
     log!("killed {victim} (pid {pid}) at +{:.1} s", (t - t_traffic) as f64 / 1000.0);
     let (status, summary) = k6::finish(&k6, &base)?;
     s.problems.extend((!status.success()).then(|| format!("k6 exited {status}")));
-    Ok((t, k6::failures(&std::fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
+    Ok((t, k6::failures(&fs::read_to_string(k6::file(&base, "k6.log"))?), summary))
 }
 
 /// Too many failures per kill, no restart, slow return to rotation, early failures, wrong answers.
-fn judge(reports: &[KillReport], unexplained: &[Failure], summaries: &[Summary]) -> Vec<String> {
+pub fn judge(reports: &[KillReport], unexplained: &[Failure], s: &[Summary]) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reports {
-        let (v, ready, up, sessions, max) =
-            (&r.victim, r.ready_ms, r.up_ms, r.rotation_ms, MAX_ROTATION_MS);
+        let (v, failed, ready, up) = (&r.victim, r.failed, r.ready_ms, r.up_ms);
         problems.extend(util::failed([
-            (
-                r.failed > MAX_FAILED,
-                format!("{v}: {} requests failed (max {MAX_FAILED})", r.failed),
-            ),
+            (failed > MAX_FAILED, format!("{v}: {failed} requests failed (max {MAX_FAILED})")),
             (r.restarts == 0, format!("{v}: the engine did not restart it")),
         ]));
         match r.rotation_after_ready() {
-            Some(ms) if ms <= max => {}
-            Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {max})")),
-            None => problems.push(format!("{v}: never back in rotation (ready {ready:?} ms, UP {up:?} ms, sessions {sessions:?} ms after the kill)")),
+            Some(ms) if ms <= MAX_ROTATION_MS => {}
+            Some(ms) => problems.push(format!("{v}: back in rotation {ms} ms after its /ready 200 (max {MAX_ROTATION_MS})")),
+            None => problems.push(format!("{v}: never back in rotation (ready {ready:?} ms, UP {up:?} ms, sessions {:?} ms after the kill)", r.rotation_ms)),
         }
     }
-    let ((fp, fn_), early) = (wrong_answers(summaries), unexplained.len());
+    let ((fp, fn_), early) = (wrong_answers(s), unexplained.len());
     problems.extend(util::failed([
         (early > 0, format!("{early} requests failed before any kill")),
         (fp + fn_ > 0, format!("FP {fp} FN {fn_}")),
@@ -171,7 +163,7 @@ fn wrong_answers(summaries: &[Summary]) -> (u64, u64) {
     summaries.iter().fold((0, 0), |(p, n), s| (p + s.fp, n + s.fn_))
 }
 
-fn figures(rate: u32, r: &[KillReport], unexplained: usize, s: &[Summary], p: &[String]) -> String {
+pub fn figures(rate: u32, r: &[KillReport], early: usize, s: &[Summary], p: &[String]) -> String {
     let ((fp, fn_), n, problems) = (wrong_answers(s), r.len(), util::problems_suffix(p));
     let requests: u64 = s.iter().map(|s| s.requests).sum();
     let p99 = s.iter().map(|s| s.latency().p99).fold(0.0, f64::max);
@@ -180,83 +172,9 @@ fn figures(rate: u32, r: &[KillReport], unexplained: usize, s: &[Summary], p: &[
         [|r| r.down_ms, |r| r.ready_ms, KillReport::rotation_after_ready];
     let [down, ready, rotation] =
         each.map(|f| util::list(r, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
-    let (seconds, max_failed, max_rotation) = (SECONDS, MAX_FAILED, MAX_ROTATION_MS);
     format!(
-        "{n} kills, each in its own {seconds} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max_failed}), unexplained {unexplained}; \
-         marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {max_rotation}); \
+        "{n} kills, each in its own {SECONDS} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {MAX_FAILED}), unexplained {early}; \
+         marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {MAX_ROTATION_MS}); \
          FP {fp} FN {fn_}, p99 up to {p99:.2} ms{problems}"
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stack::probe::parse_stat;
-
-    /// api1's samples from `time HAProxy-status sessions own-ready` rows (`DOWN_1/2` for `DOWN 1/2`).
-    fn samples(rows: &str) -> Vec<Sample> {
-        let sample = |row: &str| {
-            let [t, status, stot, ready] = row.split_whitespace().collect::<Vec<_>>()[..] else {
-                panic!("{row}")
-            };
-            let csv = format!("# pxname,svname,stot,status\napis,api1,{stot},{status}\n");
-            let stat = parse_stat(&csv.replace('_', " ")).unwrap();
-            let ready = [("api1".to_string(), ready.parse().map_err(|_| "empty".into()))].into();
-            Sample { t: t.parse().unwrap(), stat, ready, ..Sample::default() }
-        };
-        rows.split(';').map(sample).collect()
-    }
-
-    #[test]
-    fn a_kill_and_its_return() {
-        // (samples, DOWN, own /ready 200, UP, in rotation after /ready, sessions while out)
-        let cases = [
-            ("900 UP 50 200; 1000 UP 50 200; 1100 DOWN 50 refused; 1500 DOWN 50 503; 1700 DOWN 50 200; 1900 DOWN_1/2 50 200; 2100 UP 50 200; 2200 UP 51 200", Some(100), Some(700), Some(1100), Some(500), Some(0)),
-            // Back without ever being marked DOWN: its sessions growing are the only sign.
-            ("1000 UP 10 refused; 1500 UP 12 200; 1600 UP 12 200; 1700 UP 13 200", None, Some(500), None, Some(200), None),
-            ("1000 DOWN 5 refused; 1100 DOWN 5 200", Some(0), Some(100), None, None, None),
-        ];
-        for (rows, down, ready, up, rotation, leak) in cases {
-            let r = analyse("api1", 1000, &samples(rows), &[]);
-            let got =
-                (r.down_ms, r.ready_ms, r.up_ms, r.rotation_after_ready(), r.sessions_while_out);
-            assert_eq!(got, (down, ready, up, rotation, leak), "{rows}");
-        }
-    }
-
-    #[test]
-    fn the_gate_judges_each_kill_and_reports_its_figures() {
-        let rows = "1000 UP 50 200; 1100 DOWN 50 refused; 1700 DOWN 50 200; 2100 UP 50 200; 2200 UP 51 200";
-        let f = Failure { start_ms: 1005, took_ms: 2, status: 0, error: "1000 EOF".into() };
-        let r = KillReport {
-            restarts: 1,
-            ..analyse("api1", 1000, &samples(rows), std::slice::from_ref(&f))
-        };
-        let summaries = [k6::summary(18_000, 0, &[])];
-        assert!(judge(std::slice::from_ref(&r), &[], &summaries).is_empty());
-        let want = "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
-             marked DOWN 100 ms after the kill; own /ready 200 700 ms after the kill; in rotation 500 ms after /ready 200 (max 3000); \
-             FP 0 FN 0, p99 up to 2.50 ms";
-        assert_eq!(figures(600, std::slice::from_ref(&r), 0, &summaries, &[]), want);
-        let bad = KillReport { restarts: 0, failed: 11, rotation_ms: Some(9000), ..r };
-        let problems = judge(&[bad], &[f], &[k6::summary(10, 2, &[])]);
-        let want = [
-            "api1: 11 requests failed (max 10)",
-            "api1: the engine did not restart it",
-            "api1: back in rotation 8300 ms after its /ready 200 (max 3000)",
-            "1 requests failed before any kill",
-            "FP 2 FN 0",
-        ];
-        assert_eq!(problems, want);
-        let cli = <Args as clap::Args>::augment_args(clap::Command::new("x"));
-        let matches = cli.try_get_matches_from(["x", "--rate", "600"]).unwrap();
-        assert!(<Args as clap::FromArgMatches>::from_arg_matches(&matches).is_ok());
-    }
-
-    #[test]
-    fn failures_go_to_the_kill_before_them() {
-        let f = |t| Failure { start_ms: t, took_ms: 1, status: 0, error: "EOF".into() };
-        let (after, before) = attribute(1000, vec![f(500), f(950), f(1020), f(5010)]);
-        assert_eq!((before.len(), after.len()), (1, 3));
-    }
 }

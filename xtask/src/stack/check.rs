@@ -26,7 +26,7 @@ fn scalar(v: &Value) -> String {
 }
 
 /// "150M", "50m", "1g", "52428800" -> MB.
-fn memory_mb(s: &str) -> Option<f64> {
+pub fn memory_mb(s: &str) -> Option<f64> {
     let s = s.trim().to_ascii_lowercase();
     let s = s.strip_suffix('b').unwrap_or(&s);
     let unit =
@@ -35,7 +35,7 @@ fn memory_mb(s: &str) -> Option<f64> {
     num.parse::<f64>().ok().map(|n| n * mult)
 }
 
-fn fixed_non_root(user: &str) -> bool {
+pub fn fixed_non_root(user: &str) -> bool {
     let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p != "0";
     user.split_once(':').map_or_else(|| ok(user), |(u, g)| ok(u) && ok(g))
 }
@@ -55,13 +55,12 @@ pub fn rules(yaml: &str) -> Result<Report> {
         }
     }
     let names: Vec<String> = services.keys().map(scalar).collect();
-    let apis = names.iter().filter(|n| n.starts_with("api")).count();
     let nets = f["networks"].as_mapping().into_iter().flatten();
     let nets = nets.filter(|(_, net)| !["", "bridge"].contains(&scalar(&net["driver"]).as_str()));
     let (cpus, memory) = (r.cpus, r.memory_mb);
     r.problems.extend(util::failed([
         (!names.iter().any(|n| n == "haproxy"), "no haproxy balancer".into()),
-        (apis < 2, "fewer than two APIs".into()),
+        (names.iter().filter(|n| n.starts_with("api")).count() < 2, "fewer than two APIs".into()),
     ]));
     r.problems.extend(nets.map(|(n, _)| format!("network {} is not bridge", scalar(n))));
     r.problems.extend(util::failed([
@@ -163,8 +162,7 @@ pub fn haproxy_cfg(text: &str) -> Vec<String> {
 /// Least privilege as applied to a running container: `docker inspect` and /proc/<pid>.
 fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String>)> {
     let i = inspect(id)?;
-    let (h, pid) = (&i["HostConfig"], i["State"]["Pid"].as_u64());
-    let pid = pid.context("docker inspect: no pid")?;
+    let (h, pid) = (&i["HostConfig"], i["State"]["Pid"].as_u64().context("inspect: no pid")?);
     let want = json!({"Privileged": false, "ReadonlyRootfs": true, "CapDrop": ["ALL"],
         "CapAdd": null, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": network});
     let off = |(k, v): (&String, &serde_json::Value)| {
@@ -174,7 +172,7 @@ fn running(service: &str, id: &str, network: &str) -> Result<(String, Vec<String
     let off: Vec<String> = want.as_object().into_iter().flatten().filter_map(off).collect();
     let proc = |f: &str| {
         let path = format!("/proc/{pid}/{f}");
-        std::fs::read_to_string(&path).with_context(|| format!("reading {path} of {service}"))
+        fs::read_to_string(&path).with_context(|| format!("reading {path} of {service}"))
     };
     let (status, mounts) = (proc("status")?, proc("mountinfo")?);
     let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)?.split_whitespace().next());
@@ -207,9 +205,7 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
         let arch = |image: &str| image_inspect(image, "{{.Os}}/{{.Architecture}}");
         r.problems.extend(pinned(&yaml, arch)?);
     }
-    let cfg = compose.dir.join("docker/haproxy/haproxy.cfg");
-    let cfg =
-        std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+    let cfg = util::read_text(&compose.dir.join("docker/haproxy/haproxy.cfg"))?;
     r.problems.extend(haproxy_cfg(&cfg));
     if running_too {
         let network = format!("{}_stack", compose.project);
@@ -222,20 +218,4 @@ pub fn check(compose: &Compose, running_too: bool) -> Result<Report> {
     r.services.iter().for_each(|l| log!("  {l}"));
     r.problems.iter().for_each(|p| log!("  PROBLEM: {p}"));
     Ok(r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn memory_units_users_and_the_balancer() {
-        let mb = ["150M", "1g", "52428800", "x"].map(memory_mb);
-        assert_eq!(mb, [Some(150.0), Some(1024.0), Some(50.0), None]);
-        assert_eq!(["65534:65534", "0:0", "nobody"].map(fixed_non_root), [true, false, false]);
-        let tcp = "defaults\n    mode tcp\nbackend b\n    balance roundrobin\n";
-        assert!(haproxy_cfg(tcp).is_empty());
-        let http = "    mode http\n    balance roundrobin\n    http-request return status 200\n";
-        assert_eq!(haproxy_cfg(http).len(), 2);
-    }
 }

@@ -1,5 +1,4 @@
-//! Compose projects (ours, the floor, a submission, an external one), run by Compose v2 as the
-//! contest runs them (limits apply without `--compatibility`), and `docker inspect`.
+//! Compose projects run by Compose v2 as the contest runs them (limits with no `--compatibility`).
 
 use crate::prelude::*;
 
@@ -93,9 +92,8 @@ impl Compose {
 
     /// Host directory of the shared socket volume (`<project>_sockets`).
     pub fn socket_dir(&self) -> Result<PathBuf> {
-        let volume = format!("{}_sockets", self.project);
-        let text =
-            util::read(&cmd!("docker", "volume", "inspect", "-f", "{{.Mountpoint}}", volume))?;
+        let v = format!("{}_sockets", self.project);
+        let text = util::read(&cmd!("docker", "volume", "inspect", "-f", "{{.Mountpoint}}", v))?;
         Ok(PathBuf::from(text.trim()))
     }
 }
@@ -136,8 +134,6 @@ pub fn require_tools(k6: bool, wrk: bool) -> Result<()> {
         let v = util::read(&duct::cmd!("k6", "version"))?.trim().to_string();
         ensure!(v.contains("v1.1.0"), "k6 1.1.0 is needed (found {v}); run scripts/setup.sh");
     }
-    if wrk {
-        util::require("wrk", "to offer the overload (Debian's wrk)")?;
-    }
+    wrk.then(|| util::require("wrk", "to offer the overload (Debian's wrk)")).transpose()?;
     Ok(())
 }

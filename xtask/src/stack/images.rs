@@ -18,18 +18,15 @@ pub fn build() -> Result<Vec<&'static str>> {
 fn api() -> Result<()> {
     log!("building the shipped local-runner (the first build compiles faiss and packs the index: minutes)");
     let bin = util::build_shipped()?.local_runner;
+    let passwd = "root:x:0:0:root:/:/nonexistent\nnobody:x:65534:65534:nobody:/:/nonexistent\n";
     let mut fs = ScratchImage::default();
     fs.text("etc/group", "root:x:0:\nnogroup:x:65534:\n")
-        .text(
-            "etc/passwd",
-            "root:x:0:0:root:/:/nonexistent\nnobody:x:65534:65534:nobody:/:/nonexistent\n",
-        )
+        .text("etc/passwd", passwd)
         .file("local-runner", &bin, 0o755)
         // The socket directory: a named volume mounted here copies this mode on first use.
         .dir("sock", 0o1777);
     let ctx = util::target_dir().join("stack-images/api");
-    fs.write(&ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &root().join("docker/api/Dockerfile"), API)?;
+    fs.docker_build(&ctx, &root().join("docker/api/Dockerfile"), API)?;
     log!("fraud-api:latest built ({:.0} MB binary)", util::mb(bin.metadata()?.len()));
     Ok(())
 }
@@ -44,9 +41,8 @@ fn haproxy() -> Result<()> {
     ensure!(first.starts_with("HAProxy version 2.6."), "{first}: {why}");
     let mut fs = ScratchImage::default();
     // The libraries it loads: the absolute paths `ldd` prints.
-    for lib in
-        util::read(&duct::cmd!("ldd", &hap))?.split_whitespace().filter(|w| w.starts_with('/'))
-    {
+    let ldd = util::read(&duct::cmd!("ldd", &hap))?;
+    for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
         fs.file(lib.trim_start_matches('/'), Path::new(lib), 0o755);
     }
     // /sock as in the API image, whichever container mounts the volume first.
@@ -58,8 +54,7 @@ fn haproxy() -> Result<()> {
         .text("etc/group", "root:x:0:\nhaproxy:x:99:\n")
         .text("etc/passwd", "root:x:0:0:root:/root:/nonexistent\nhaproxy:x:99:99:haproxy:/var/lib/haproxy:/nonexistent\n");
     let ctx = util::target_dir().join("stack-images/haproxy");
-    fs.write(&ctx.join("rootfs.tar"))?;
-    util::docker_build(&ctx, &root().join("docker/haproxy/Dockerfile"), HAPROXY)?;
+    fs.docker_build(&ctx, &root().join("docker/haproxy/Dockerfile"), HAPROXY)?;
     log!("haproxy:2.6 stand-in built from {first}");
     Ok(())
 }

@@ -8,12 +8,11 @@ pub fn test_data(set: &str) -> Result<PathBuf> {
     let out = util::target_dir().join("stack-data").join(Path::new(set).file_stem().unwrap());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     if modified(&out).is_none() || modified(&out) < modified(&src) {
-        std::fs::create_dir_all(out.parent().context("no parent")?)?;
+        fs::create_dir_all(out.parent().context("no parent")?)?;
         let tmp = out.with_extension("tmp");
-        let file =
-            std::fs::File::open(&src).with_context(|| format!("cannot open {}", src.display()))?;
-        std::io::copy(&mut flate2::read::GzDecoder::new(file), &mut std::fs::File::create(&tmp)?)?;
-        std::fs::rename(&tmp, &out)?;
+        let file = fs::File::open(&src).with_context(|| format!("no {}", src.display()))?;
+        std::io::copy(&mut flate2::read::GzDecoder::new(file), &mut fs::File::create(&tmp)?)?;
+        fs::rename(&tmp, &out)?;
     }
     Ok(out)
 }
@@ -106,20 +105,8 @@ pub fn steady(rate: u32, seconds: u32, more: &Env, base: &Path) -> Result<duct::
 
 /// Waits for k6 (its exit status is the caller's to judge) and reads its summary.
 pub fn finish(k6: &duct::Handle, base: &Path) -> Result<(std::process::ExitStatus, Summary)> {
-    let status = k6.wait().context("waiting for k6")?.status;
-    let path = file(base, "k6.json");
-    let text = std::fs::read_to_string(&path);
-    let text = text.with_context(|| format!("k6 wrote no summary at {}", path.display()))?;
-    let summary =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()));
-    Ok((status, summary?))
-}
-
-/// A steady run's summary of `requests` requests, `fp` wrong, with these windows (tests).
-#[cfg(test)]
-pub fn summary(requests: u64, fp: u64, windows: &[(u32, u64, u64, f64)]) -> Summary {
-    let window = |&(w, n, errors, p99): &_| Window { w, n, errors, p50: 0.4, p99 };
-    let (windows, latency_ms) =
-        (windows.iter().map(window).collect(), Some(Trend { med: 0.5, p99: 2.5 }));
-    Summary { requests, fp, latency_ms, t0_ms: 1_000_000, windows, ..Summary::default() }
+    let (status, path) = (k6.wait().context("waiting for k6")?.status, file(base, "k6.json"));
+    let text = util::read_text(&path).context("k6 wrote no summary")?;
+    let summary = serde_json::from_str(&text).context(format!("parsing {}", path.display()))?;
+    Ok((status, summary))
 }

@@ -1,16 +1,12 @@
-//! What every loaded stack shares: a [`Session`] (up, checked, counters around the load) and
-//! [`load_run`], one k6 replica run.
+//! What every loaded stack shares: a [`Session`] (up, checked, counters) and [`load_run`] (k6).
 
 use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
-use super::probe::{
-    self, haproxy_stat, ready_tcp, ready_unix, sample, wait_ready, Monitor, StatRow,
-};
+use super::probe::{self, haproxy_stat, sample, wait_ready, Monitor, StatRow};
 use super::{check, Common};
 use crate::prelude::*;
 use crate::util::Background;
-use std::io::Write;
 
 /// A container's limits, counters over the run, and state after it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -93,8 +89,7 @@ impl Session {
         Ok(Session { compose, base, started, problems, load_start, watched, up })
     }
 
-    /// Every container's counters afresh (peaks reset) for [`Session::containers`]; restarts
-    /// still count from the start of the session.
+    /// Counters afresh (peaks reset) for [`Session::containers`]; restarts count from the start.
     pub fn restart_counters(&mut self) -> Result<()> {
         for (_, _, cg, before, _) in &mut self.watched {
             cg.reset_peak()?;
@@ -117,7 +112,7 @@ impl Session {
         let (socket_dir, apis) = (self.compose.socket_dir()?, self.compose.apis.clone());
         let memory = self.watched.iter().filter(|_| memory).map(|w| (w.0.clone(), w.2.clone()));
         let (memory, file): (Vec<_>, _) =
-            (memory.collect(), std::fs::File::create(self.base.with_extension("monitor.jsonl"))?);
+            (memory.collect(), fs::File::create(self.base.with_extension("monitor.jsonl"))?);
         let mut out = std::io::LineWriter::new(file);
         Ok(Background::every(every, vec![], move |all| {
             let s = sample(&socket_dir, &apis, probe, &memory);
@@ -159,12 +154,10 @@ fn wait_serving(compose: &Compose) -> Result<()> {
     let (half, s) = (Duration::from_millis(500), Duration::from_secs);
     for api in &compose.apis {
         let sock = compose.socket_dir()?.join(format!("{api}.sock"));
-        wait_ready(api, s(90), || ready_unix(&sock, half))?;
+        wait_ready(api, s(90), || probe::ready_unix(&sock, half))?;
     }
-    wait_ready("haproxy", s(30), || ready_tcp(9999, half))?;
-    if !compose.apis.is_empty() {
-        wait_all_up(compose, s(15))?;
-    }
+    wait_ready("haproxy", s(30), || probe::ready_tcp(9999, half))?;
+    (!compose.apis.is_empty()).then(|| wait_all_up(compose, s(15))).transpose()?;
     Ok(())
 }
 
@@ -238,22 +231,18 @@ pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRu
     let (status, summary) = k6::finish(&k6, &s.base)?;
     let containers = s.containers()?;
     let ours = s.compose.external.is_none() && !s.compose.apis.is_empty();
-    let metrics = match ours {
-        true => probe::api_metrics(&s.compose.socket_dir()?, &s.compose.apis)?,
-        false => None,
-    };
+    let api_metrics = || probe::api_metrics(&s.compose.socket_dir()?, &s.compose.apis);
+    let metrics = ours.then(api_metrics).transpose()?.flatten();
     let Session { mut problems, base, started, load_start: load_before, up, .. } = s;
     drop(up);
     problems.extend(containers.iter().filter_map(Container::trouble));
-    let (config, load_after, k6_exit) = (config.to_string(), util::loadavg(), status.code());
-    let load = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     let run = LoadRun {
-        config,
-        load,
+        config: config.into(),
+        load: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
         started,
         load_before,
-        load_after,
-        k6_exit,
+        load_after: util::loadavg(),
+        k6_exit: status.code(),
         summary,
         containers,
         metrics,
@@ -263,10 +252,8 @@ pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRu
     util::write_json(&path, &run)?;
     log!("{}: {} ({})", run.config, run_figures(&run), path.display());
     for c in &run.containers {
-        let (svc, cpus, cpu, peak, limit) =
-            (&c.service, c.cpus, c.cpu_s(), c.peak_mb(), c.limit_mb());
-        let per = run.cpu_us_per_request(svc).unwrap_or(0.0);
-        log!("  {svc:8} cpus {cpus:.2}  CPU {cpu:.2} s ({per:.0} us/request)  throttled {}  peak {peak:.1} of {limit:.0} MB  restarts {}", c.throttled(), c.restarts);
+        let per = run.cpu_us_per_request(&c.service).unwrap_or(0.0);
+        log!("  {:8} cpus {:.2}  CPU {:.2} s ({per:.0} us/request)  throttled {}  peak {:.1} of {:.0} MB  restarts {}", c.service, c.cpus, c.cpu_s(), c.throttled(), c.peak_mb(), c.limit_mb(), c.restarts);
     }
     Ok(run)
 }

@@ -1,16 +1,16 @@
 //! `cargo xtask stack ...`: the contest stack (docs/STACK.md): images, checks, gates.
 
-mod attack;
-mod cgroup;
-mod chaos;
+pub mod attack;
+pub mod cgroup;
+pub mod chaos;
 pub mod check;
 pub mod compose;
 mod images;
 pub mod k6;
 pub mod load;
-mod overload;
-mod probe;
-mod submission;
+pub mod overload;
+pub mod probe;
+pub mod submission;
 
 use crate::prelude::*;
 use compose::Compose;
@@ -34,9 +34,7 @@ pub struct Common {
 impl Common {
     pub fn prepare(&self, k6: bool, wrk: bool) -> Result<()> {
         compose::require_tools(k6, wrk)?;
-        if !self.no_build {
-            images::build()?;
-        }
+        (!self.no_build).then(images::build).transpose()?;
         Ok(())
     }
 }
@@ -44,8 +42,7 @@ impl Common {
 /// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
 pub const SMOKE_RATE: u32 = 1130;
 
-/// The smoke gate's load (also the submission's): `k6/fraud-test.js` at [`SMOKE_RATE`] for
-/// 15 s over the public set.
+/// The smoke gate's (and submission's) load: `k6/fraud-test.js`, [`SMOKE_RATE`], 15 s, public set.
 fn smoke() -> Vec<(&'static str, String)> {
     vec![("MODE", "smoke".into()), ("RATE", SMOKE_RATE.to_string()), ("DURATION", "15s".into())]
 }
@@ -73,9 +70,9 @@ enum Command {
 }
 
 /// One stack command at a time per machine (projects, port 9999 and tags are shared): a lock.
-pub fn exclusive() -> Result<std::fs::File> {
+pub fn exclusive() -> Result<fs::File> {
     let path = std::env::temp_dir().join("fraud-stack.lock");
-    let f = std::fs::File::create(&path)?;
+    let f = fs::File::create(&path)?;
     if f.try_lock().is_err() {
         log!("another stack command (xtask or measure) holds {}: waiting", path.display());
         f.lock()?;
@@ -84,8 +81,7 @@ pub fn exclusive() -> Result<std::fs::File> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let shared = matches!(args.command, Command::Check { .. });
-    let _lock = if shared { None } else { Some(exclusive()?) };
+    let _lock = (!matches!(args.command, Command::Check { .. })).then(exclusive).transpose()?;
     match args.command {
         Command::Images => {
             util::docker_usable()?;
@@ -106,13 +102,10 @@ pub fn run(args: Args) -> Result<()> {
             // The APIs' own counts of what they answered: every request sent, decided.
             let answered = r.summary.requests - r.summary.errors;
             let counted = r.metrics.is_some_and(|m| m.decisions == answered && m.rejected == 0);
-            let metrics = match r.metrics {
-                Some(m) => format!(
-                    "/metrics: {} decisions ({} approved), {} refusals, {} readiness checks",
-                    m.decisions, m.approved, m.rejected, m.ready
-                ),
-                None => "NO /metrics".into(),
-            };
+            let metrics = r.metrics.map_or("NO /metrics".into(), |m| {
+                let probe::Counted { decisions, approved, rejected, ready } = m;
+                format!("/metrics: {decisions} decisions ({approved} approved), {rejected} refusals, {ready} readiness checks")
+            });
             let figures =
                 format!("{}, {metrics}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
             util::verdict("stack smoke", r.passed() && counted, &figures, &r)

@@ -5,7 +5,6 @@ use super::k6::{self, Summary, Window};
 use super::load::{memory_figures, wait_traffic, Container, Session};
 use super::Common;
 use crate::prelude::*;
-use std::io::Write;
 
 const RATE: u32 = super::SMOKE_RATE;
 /// Seconds at the peak before the overload, of overload, and at the peak after it.
@@ -49,37 +48,35 @@ fn children_cpu_s() -> f64 {
 
 /// What the load gave: both summaries, when wrk ran (Unix ms), the generators' CPU.
 #[derive(Serialize)]
-struct Loaded {
-    summary: Summary,
-    wrk: WrkSummary,
+pub struct Loaded {
+    pub summary: Summary,
+    pub wrk: WrkSummary,
     #[serde(skip)]
-    span: (u64, u64),
-    k6_cpu_s: f64,
-    wrk_cpu_s: f64,
+    pub span: (u64, u64),
+    pub k6_cpu_s: f64,
+    pub wrk_cpu_s: f64,
     #[serde(skip)]
-    k6_status: std::process::ExitStatus,
+    pub k6_status: std::process::ExitStatus,
 }
 
 #[derive(Debug, PartialEq, Serialize)]
-struct Measured {
-    over_start_s: f64,
-    over_end_s: f64,
-    offered_rps: f64,
-    served_rps: f64,
-    k6_overload_rps: f64,
-    p99_during_max_ms: f64,
-    recovery: Recovery,
+pub struct Measured {
+    pub over_start_s: f64,
+    pub over_end_s: f64,
+    pub offered_rps: f64,
+    pub served_rps: f64,
+    pub k6_overload_rps: f64,
+    pub p99_during_max_ms: f64,
+    pub recovery: Recovery,
 }
 
 pub fn run(common: Common) -> Result<()> {
     let Some(mut s) = Session::gate("overload", &common, true)? else { return Ok(()) };
-    // Written before the run, so that wrk starts at once when the overload is due.
-    let bodies = bodies(400)?;
     let monitor = s.monitor(Duration::from_millis(250), false, true)?;
-    let loaded = load(&s, &bodies)?;
+    // The bodies written before the run, so that wrk starts at once when the overload is due.
+    let loaded = load(&s, &bodies(400)?)?;
     std::thread::sleep(Duration::from_secs(1));
-    let (samples, containers) = (monitor.stop(), s.containers()?);
-    let m = measure(&loaded);
+    let (samples, containers, m) = (monitor.stop(), s.containers()?, measure(&loaded));
     let not_up = samples.iter().filter(|s| s.servers().any(|v| !v.up())).count();
     s.problems.extend(judge(&m, &containers, loaded.k6_status));
     let figures = figures(&m, &loaded, &containers, not_up, &s.problems);
@@ -94,20 +91,18 @@ pub fn run(common: Common) -> Result<()> {
 fn load(s: &Session, bodies: &Path) -> Result<Loaded> {
     log!("overload: {RATE} req/s, 3x for {OVER} s after {BEFORE} s (load {})", util::loadavg());
     // Children's rusage grows when a child is waited for (wrk, then k6).
-    let cpu0 = children_cpu_s();
-    let k6 = k6::steady(RATE, BEFORE + OVER + AFTER, &[], &s.base)?;
+    let (cpu0, k6) = (children_cpu_s(), k6::steady(RATE, BEFORE + OVER + AFTER, &[], &s.base)?);
     // k6 starts sending a few seconds after it starts (it loads the test set first).
     wait_traffic(&s.compose)?;
     std::thread::sleep(Duration::from_secs(BEFORE.into()));
-    let t0 = util::now_ms();
-    let wrk = run_wrk(bodies, &k6::file(&s.base, "wrk.log"))?;
+    let (t0, wrk) = (util::now_ms(), run_wrk(bodies, &k6::file(&s.base, "wrk.log"))?);
     let (span, wrk_cpu_s) = ((t0, util::now_ms()), children_cpu_s() - cpu0);
     let (k6_status, summary) = k6::finish(&k6, &s.base)?;
     let k6_cpu_s = children_cpu_s() - cpu0 - wrk_cpu_s;
     Ok(Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status })
 }
 
-fn measure(l: &Loaded) -> Measured {
+pub fn measure(l: &Loaded) -> Measured {
     let t0 = l.summary.t0_ms as f64;
     let (start_s, end_s) = ((l.span.0 as f64 - t0) / 1000.0, (l.span.1 as f64 - t0) / 1000.0);
     let windows = &l.summary.windows;
@@ -131,21 +126,20 @@ fn measure(l: &Loaded) -> Measured {
 }
 
 /// The gate's problems: any container trouble, a late or no recovery, k6 failing.
-fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<String> {
+pub fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<String> {
     let mut problems: Vec<String> = c.iter().filter_map(Container::trouble).collect();
-    let (max_p99, max_s) = (MAX_P99_MS, RECOVER_S);
     match m.recovery.after_end_s {
-        Some(s) if s <= max_s => {}
+        Some(s) if s <= RECOVER_S => {}
         Some(s) => problems.push(format!(
-            "p99 back under {max_p99} ms only {s:.1} s after the overload (max {max_s})"
+            "p99 back under {MAX_P99_MS} ms only {s:.1} s after the overload (max {RECOVER_S})"
         )),
-        None => problems.push(format!("p99 never back under {max_p99} ms after the overload")),
+        None => problems.push(format!("p99 never back under {MAX_P99_MS} ms after the overload")),
     }
     problems.extend((!k6.success()).then(|| format!("k6 exited {k6}")));
     problems
 }
 
-fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String]) -> String {
+pub fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String]) -> String {
     let (s, r) = (&l.summary, &m.recovery);
     let generators = format!("k6 {:.0} + wrk {:.0}", m.k6_overload_rps, l.wrk.rates().0);
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
@@ -155,12 +149,11 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
     let (length, wrk_errors, errors, fp, fn_) =
         (m.over_end_s - m.over_start_s, l.wrk.errors(), s.errors, s.fp, s.fn_);
-    let (max_p99, max_s, memory, problems) =
-        (MAX_P99_MS, RECOVER_S, memory_figures(c), util::problems_suffix(p));
+    let (memory, problems) = (memory_figures(c), util::problems_suffix(p));
     let (k6_cpu, wrk_cpu) = (l.k6_cpu_s, l.wrk_cpu_s);
     format!(
         "offered {offered:.0} req/s for {length:.1} s ({generators}), served {served:.0} req/s; errors k6 {errors} wrk {wrk_errors}, FP {fp} FN {fn_}; \
-         p99 per second during up to {during:.1} ms; back under {max_p99} ms {back} after the end (max {max_s} s), later seconds up to {later}; \
+         p99 per second during up to {during:.1} ms; back under {MAX_P99_MS} ms {back} after the end (max {RECOVER_S} s), later seconds up to {later}; \
          peak memory {memory}; restarts {restarts}, OOM kills {ooms}, samples with a server not UP {not_up}; \
          generator CPU k6 {k6_cpu:.1} s, wrk {wrk_cpu:.1} s{problems}"
     )
@@ -168,24 +161,24 @@ fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[String
 
 /// The `WRKJSON {...}` line of wrk-post.lua's `done()`.
 #[derive(Serialize)]
-struct WrkSummary(serde_json::Value);
+pub struct WrkSummary(serde_json::Value);
 
 impl WrkSummary {
     fn n(&self, k: &str) -> f64 {
         self.0[k].as_f64().unwrap_or(0.0)
     }
     /// Requests per second offered, and answered 200.
-    fn rates(&self) -> (f64, f64) {
+    pub fn rates(&self) -> (f64, f64) {
         let s = self.n("duration_us") / 1e6;
         (self.n("requests") / s, self.n("status200") / s)
     }
-    fn errors(&self) -> u64 {
+    pub fn errors(&self) -> u64 {
         let each = ["non200", "connect", "read", "write", "timeout"].map(|k| self.n(k));
         each.iter().sum::<f64>() as u64
     }
 }
 
-fn parse_wrk(output: &str) -> Result<WrkSummary> {
+pub fn parse_wrk(output: &str) -> Result<WrkSummary> {
     let line = output.lines().find_map(|l| l.strip_prefix("WRKJSON "));
     let line = line.context("wrk printed no WRKJSON line")?;
     serde_json::from_str(line).map(WrkSummary).context("parsing wrk's WRKJSON line")
@@ -198,8 +191,8 @@ fn bodies(n: usize) -> Result<PathBuf> {
         return Ok(out);
     }
     let entries = util::test_entries()?;
-    std::fs::create_dir_all(out.parent().context("no parent")?)?;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&out)?);
+    fs::create_dir_all(out.parent().context("no parent")?)?;
+    let mut f = std::io::BufWriter::new(fs::File::create(&out)?);
     for i in util::spread(entries.len(), n) {
         writeln!(f, "{}", serde_json::from_str::<serde_json::Value>(entries[i].request.get())?)?;
     }
@@ -216,52 +209,6 @@ fn run_wrk(bodies: &Path, log: &Path) -> Result<WrkSummary> {
     let e = e.env("WRK_BODIES", bodies).env("WRK_DELAY_MS", WRK_DELAY_MS.to_string());
     let out = e.stdout_capture().stderr_capture().unchecked().run().context("cannot start wrk")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    std::fs::write(log, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))?;
+    fs::write(log, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))?;
     parse_wrk(&text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_overload_is_measured_and_judged() {
-        // k6 at 900 req/s, slow for the two seconds of the overload (10-12 s) and one after it.
-        let windows: Vec<_> =
-            (0..35).map(|s| (s, 900, 0, if (10..13).contains(&s) { 40.0 } else { 1.0 })).collect();
-        let wrk = parse_wrk("Running 10s test\nWRKJSON {\"requests\":3600,\"duration_us\":2000000,\"status200\":3500,\"non200\":100,\"connect\":0,\"read\":1,\"write\":0,\"timeout\":2,\"p99_us\":4000}\n").unwrap();
-        assert_eq!((wrk.rates(), wrk.errors()), ((1800.0, 1750.0), 103));
-        assert!(parse_wrk("nothing").is_err());
-        let (k6_status, summary) =
-            (std::os::unix::process::ExitStatusExt::from_raw(0), k6::summary(31_500, 0, &windows));
-        let (span, k6_cpu_s, wrk_cpu_s) = ((1_010_000, 1_012_000), 20.0, 3.0);
-        let l = Loaded { summary, wrk, span, k6_cpu_s, wrk_cpu_s, k6_status };
-        let m = measure(&l);
-        let rates = (m.over_start_s, m.over_end_s, m.offered_rps, m.served_rps);
-        assert_eq!(rates, (10.0, 12.0, 2700.0, 2650.0));
-        assert_eq!((m.p99_during_max_ms, m.recovery.first_ok_window), (40.0, Some(13)));
-        assert!(judge(&m, &[], l.k6_status).is_empty());
-        let f = figures(&m, &l, &[], 0, &[]);
-        assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 103, FP 0 FN 0;"), "{f}");
-        let back = "back under 5 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms";
-        assert!(f.contains(back), "{f}");
-        let never = Recovery { first_ok_window: None, after_end_s: None, worst_later_p99_ms: None };
-        let late = Measured { recovery: never, ..m };
-        let never = ["p99 never back under 5 ms after the overload"];
-        assert_eq!(judge(&late, &[], l.k6_status), never);
-    }
-
-    #[test]
-    fn recovery_is_the_first_good_second_after_the_end() {
-        let window = |&(w, p99, errors): &_| Window { w, n: 900, errors, p50: 0.4, p99 };
-        let ws = |v: &[(u32, f64, u64)]| v.iter().map(window).collect::<Vec<_>>();
-        let p99s: Vec<_> =
-            (19..).zip([40.0, 30.0, 3.0, 1.0, 2.5, 9.0]).map(|(s, p)| (s, p, 0)).collect();
-        let r = recovery(&ws(&p99s), 19.6, 24, 5.0);
-        assert_eq!((r.first_ok_window, r.worst_later_p99_ms), (Some(21), Some(2.5)));
-        assert!((r.after_end_s.unwrap() - 1.4).abs() < 1e-9);
-        let errors_first = recovery(&ws(&[(20, 1.0, 3), (21, 1.0, 0)]), 19.6, 30, 5.0);
-        assert_eq!(errors_first.first_ok_window, Some(21));
-        assert_eq!(recovery(&ws(&[(20, 8.0, 0)]), 19.6, 30, 5.0).after_end_s, None);
-    }
 }

@@ -23,7 +23,7 @@ pub struct Args {
     common: Common,
 }
 
-const INFO: &str = "docker/submission/info.json";
+pub const INFO: &str = "docker/submission/info.json";
 const CFG: &str = "docker/haproxy/haproxy.cfg";
 
 pub fn run(a: Args) -> Result<()> {
@@ -34,17 +34,16 @@ pub fn run(a: Args) -> Result<()> {
     let api = push(images::API, &a.image)?;
     let (balancer, stand_in) = balancer(&a.image)?;
     let commit = util::read(&util::cmd!("git", "rev-parse", "HEAD")).unwrap_or_default();
-    let text = std::fs::read_to_string(root().join("docker-compose.yml"))?;
     let pins =
         [("${FRAUD_API_IMAGE:-fraud-api:latest}", api.as_str()), (images::HAPROXY, &balancer)];
-    let compose = pin(&text, &pins, &commit)?;
-    let info = info(&std::fs::read_to_string(root().join(INFO))?, &a.sets)?;
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(out.join("docker/haproxy"))?;
-    std::fs::copy(root().join(CFG), out.join(CFG))?;
-    std::fs::write(out.join("docker-compose.yml"), compose)?;
-    std::fs::write(out.join("info.json"), &info)?;
-    std::fs::write(out.join("README.md"), readme(&commit, &api, &balancer, stand_in.as_deref()))?;
+    let compose = pin(&fs::read_to_string(root().join("docker-compose.yml"))?, &pins, &commit)?;
+    let info = info(&fs::read_to_string(root().join(INFO))?, &a.sets)?;
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(out.join("docker/haproxy"))?;
+    fs::copy(root().join(CFG), out.join(CFG))?;
+    fs::write(out.join("docker-compose.yml"), compose)?;
+    fs::write(out.join("info.json"), &info)?;
+    fs::write(out.join("README.md"), readme(&commit, &api, &balancer, stand_in.as_deref()))?;
     let c = Compose::submission(&out);
     let mut problems = check::check(&c, false)?.problems;
     let mut figures = format!("{} written: api {api}, balancer {balancer}", out.display());
@@ -53,8 +52,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     if registry.is_some() {
         for image in [images::API, images::HAPROXY] {
-            let id =
-                image_inspect(image, "{{.Id}}").with_context(|| format!("no image {image}"))?;
+            let id = image_inspect(image, "{{.Id}}").context(format!("no image {image}"))?;
             util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
@@ -72,7 +70,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// docker-compose.yml with a header of its origin and every `image:` swapped by `pins`.
-fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
+pub fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
     let mut out = format!("# Rinha de Backend 2026 submission, written by `cargo xtask stack submission` from the\n# project's docker-compose.yml at commit {commit}; every image named by digest (README.md).\n");
     for line in source.lines().skip_while(|l| l.starts_with('#')) {
         let Some((indent, value)) = line.split_once("image: ") else {
@@ -87,7 +85,7 @@ fn pin(source: &str, pins: &[(&str, &str)], commit: &str) -> Result<String> {
 }
 
 /// info.json: the template with `KEY=JSON` values over it, the contest's five fields typed.
-fn info(template: &str, sets: &[String]) -> Result<String> {
+pub fn info(template: &str, sets: &[String]) -> Result<String> {
     let mut v: serde_json::Value = serde_json::from_str(template).context(INFO)?;
     for s in sets {
         let (k, json) = s.split_once('=').with_context(|| format!("--set {s}: not KEY=JSON"))?;
@@ -103,7 +101,7 @@ fn info(template: &str, sets: &[String]) -> Result<String> {
 }
 
 /// `registry/name` of `registry/name:tag` (a port's colon is not a tag's).
-fn repository(reference: &str) -> &str {
+pub fn repository(reference: &str) -> &str {
     let slash = reference.rfind('/').map_or(0, |i| i + 1);
     reference[slash..].find(':').map_or(reference, |i| &reference[..slash + i])
 }
@@ -144,22 +142,21 @@ fn readme(commit: &str, api: &str, balancer: &str, stand_in: Option<&str>) -> St
 }
 
 /// Debian's Distribution registry on REF's loopback address for one run; stopped when dropped.
-struct Registry(duct::Handle);
+pub struct Registry(duct::Handle);
 
 impl Registry {
-    fn start(reference: &str) -> Result<Registry> {
+    pub fn start(reference: &str) -> Result<Registry> {
         let addr = reference.split('/').next().unwrap_or_default();
         let port = addr.strip_prefix("127.0.0.1:").and_then(|p| p.parse::<u16>().ok());
-        let port = port.with_context(|| {
-            format!("--test pushes to a loopback registry: {reference} is not 127.0.0.1:PORT/...")
-        })?;
+        let why = "--test pushes to a loopback registry";
+        let port = port.with_context(|| format!("{why}: {reference} is not 127.0.0.1:PORT/..."))?;
         util::require("docker-registry", "for the submission test (Debian's docker-registry)")?;
         let dir = util::xtask_dir("registry")?;
         let (data, config, log) =
             (dir.join("data"), dir.join("config.yml"), dir.join("registry.log"));
-        let _ = std::fs::remove_dir_all(&data);
+        let _ = fs::remove_dir_all(&data);
         let yml = format!("version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{addr}\"}}\n", data.display());
-        std::fs::write(&config, yml)?;
+        fs::write(&config, yml)?;
         let e = util::to_log(duct::cmd!("docker-registry", "serve", config), &log).unchecked();
         let registry = Registry(e.start().context("cannot start docker-registry")?);
         let (addr, ms) =
@@ -177,40 +174,5 @@ impl Drop for Registry {
     fn drop(&mut self) {
         let _ = self.0.kill();
         log!("registry stopped");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_compose_info_and_names_of_a_submission() {
-        let src = "# header\n# more\nservices:\n  api1:\n    image: ${FRAUD_API_IMAGE:-fraud-api:latest}\n  haproxy:\n    image: haproxy:2.6\n";
-        let pins = [
-            ("${FRAUD_API_IMAGE:-fraud-api:latest}", "r/a@sha256:1"),
-            ("haproxy:2.6", "h@sha256:2"),
-        ];
-        let text = pin(src, &pins, "abc").unwrap();
-        assert!(
-            text.starts_with("# Rinha de Backend 2026 submission") && text.contains("commit abc;")
-        );
-        let body =
-            "services:\n  api1:\n    image: r/a@sha256:1\n  haproxy:\n    image: h@sha256:2\n";
-        assert!(text.ends_with(body), "{text}");
-        let e = pin(src, &pins[..1], "abc").unwrap_err().to_string();
-        assert!(e.contains("no pin for image haproxy:2.6"));
-        let template = std::fs::read_to_string(root().join(INFO)).unwrap();
-        let set =
-            |s: &[&str]| info(&template, &s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        let v = set(&["participants=[\"Ana\"]", "open_to_work=true"]).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&v).unwrap();
-        assert!(v["participants"][0] == "Ana" && v["open_to_work"] == true, "{v}");
-        assert!(["open_to_work=\"yes\"", "extra=1", "x"].iter().all(|s| set(&[s]).is_err()));
-        let names =
-            ["127.0.0.1:5000/fraud-api:test", "docker.io/me/api", "me/api:v1", "localhost:5000/a"];
-        let want = ["127.0.0.1:5000/fraud-api", "docker.io/me/api", "me/api", "localhost:5000/a"];
-        assert_eq!(names.map(repository), want);
-        assert!(Registry::start("docker.io/me/api:1").is_err());
     }
 }
