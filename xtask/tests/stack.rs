@@ -300,7 +300,7 @@ fn the_gate_judges_each_kill_and_reports_its_figures() {
     };
     let summaries = [summary(18_000, 0, &[])];
     assert!(chaos::judge(std::slice::from_ref(&r), &[], &summaries).is_empty());
-    let want = "1 kills, each in its own 30 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
+    let want = "1 kills, each in its own 20 s at 600 req/s (18000 requests in all): failed per kill 1 (max 10), unexplained 0; \
          marked DOWN 100 ms after the kill; own /ready 200 700 ms after the kill; in rotation 500 ms after /ready 200 (max 3000); \
          FP 0 FN 0, p99 up to 2.50 ms";
     assert_eq!(chaos::figures(600, std::slice::from_ref(&r), 0, &summaries, &[]), want);

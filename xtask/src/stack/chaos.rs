@@ -19,7 +19,7 @@ pub struct Args {
 
 /// The APIs killed, in order, each under its own k6 run of `SECONDS`, `FIRST_KILL_S` seconds in.
 const VICTIMS: [&str; 2] = ["api1", "api2"];
-const SECONDS: u32 = 30;
+const SECONDS: u32 = 20;
 const FIRST_KILL_S: u64 = 10;
 /// Most failed requests per kill, and most ms from the victim's `/ready` 200 to its sessions.
 const MAX_FAILED: usize = 10;
