@@ -123,7 +123,9 @@ fn image_build(tools: &Tools) -> Result<String> {
     std::fs::create_dir_all(local.parent().context("path")?)?;
     std::fs::write(&local, template.replace(tag, &args).replace(relative, &absolute))?;
     let t = Instant::now();
-    util::run(&tools.sam(&["build", "--template", local.to_str().context("path")?]))?;
+    // The scorer alone: the hook's relative CodeUri and Makefile do not resolve from the copy.
+    let local = local.to_str().context("path")?;
+    util::run(&tools.sam(&["build", FUNCTION, "--template", local]))?;
     let mb = util::mb(pkg.unzipped_bytes);
     log!(
         "sam build of the image ({mb:.0} MB: the bootstrap and any index beside it) in {:.0} s",
