@@ -412,48 +412,62 @@ pub fn to_artifact(index: &Index) -> Vec<u8> {
     out
 }
 
+/// A writer that hands every byte it writes to `seen` (a checksum or a digest) and counts them.
+pub struct Observed<W, F> {
+    pub inner: W,
+    pub seen: F,
+    pub len: u64,
+}
+
+impl<W, F: FnMut(&[u8])> Observed<W, F> {
+    pub fn new(inner: W, seen: F) -> Self {
+        Observed {
+            inner,
+            seen,
+            len: 0,
+        }
+    }
+}
+
+impl<W: std::io::Write, F: FnMut(&[u8])> std::io::Write for Observed<W, F> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        (self.seen)(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Writes an index's artifact (its archive, then the footer) to `out` as it is serialized, so
 /// the archive is never held in memory beside the index (at 100M references that would be 3 GB
 /// more at the packer's peak).
 pub fn write_artifact(index: &Index, out: impl std::io::Write) -> std::io::Result<Footer> {
-    struct Summing<W> {
-        inner: W,
-        crc: crc32fast::Hasher,
-        len: u64,
-    }
-    impl<W: std::io::Write> std::io::Write for Summing<W> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let n = self.inner.write(buf)?;
-            self.crc.update(&buf[..n]);
-            self.len += n as u64;
-            Ok(n)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            self.inner.flush()
-        }
-    }
-    let summing = Summing {
-        inner: out,
-        crc: crc32fast::Hasher::new(),
-        len: 0,
-    };
+    let mut crc = crc32fast::Hasher::new();
+    let summing = Observed::new(out, |b: &[u8]| crc.update(b));
     let writer = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(
         index,
         rkyv::ser::writer::IoWriter::new(summing),
     )
     .map_err(std::io::Error::other)?;
-    let mut summing = writer.into_inner();
+    let Observed {
+        inner: mut out,
+        len: archive_len,
+        ..
+    } = writer.into_inner();
     let footer = Footer {
         format_version: FORMAT_VERSION,
-        archive_len: summing.len,
-        crc32: summing.crc.clone().finalize(),
+        archive_len,
+        crc32: crc.finalize(),
         base_crc32: match &index.header.part {
             Part::Delta { base } => base.crc32,
             _ => 0,
         },
     };
-    summing.inner.write_all(&footer.to_bytes())?;
-    summing.inner.flush()?;
+    out.write_all(&footer.to_bytes())?;
+    out.flush()?;
     Ok(footer)
 }
 

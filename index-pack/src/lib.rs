@@ -167,36 +167,17 @@ pub struct Written {
 /// ([`format::write_artifact`]), hashing it on the way.
 #[cfg(feature = "pack")]
 pub fn write_index(path: &std::path::Path, index: &format::Index) -> anyhow::Result<Written> {
-    struct Hashing<W> {
-        inner: W,
-        sha: sha2::Sha256,
-        len: u64,
-    }
-    impl<W: std::io::Write> std::io::Write for Hashing<W> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            use sha2::Digest;
-            let n = self.inner.write(buf)?;
-            self.sha.update(&buf[..n]);
-            self.len += n as u64;
-            Ok(n)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            self.inner.flush()
-        }
-    }
     let mut written = None;
     write_with(path, &mut |file| {
         use sha2::Digest;
-        let mut w = Hashing {
-            inner: file,
-            sha: sha2::Sha256::new(),
-            len: 0,
-        };
+        let mut sha = sha2::Sha256::new();
+        let mut w = format::Observed::new(file, |b: &[u8]| sha.update(b));
         let footer = format::write_artifact(index, &mut w)?;
+        let bytes = w.len;
         written = Some(Written {
             footer,
-            bytes: w.len,
-            sha256: format::hex(&w.sha.finalize()),
+            bytes,
+            sha256: format::hex(&sha.finalize()),
         });
         Ok(())
     })?;
