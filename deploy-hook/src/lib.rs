@@ -118,6 +118,22 @@ fn judge(case: &SampleCase, payload: &[u8]) -> Result<(), String> {
     ))
 }
 
+/// Longest wait for one case's answer (a warm invocation takes milliseconds, the new version's
+/// first one its init).
+pub const CASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Kept for the report to CodeDeploy after the last case, out of the hook's own time.
+pub const REPORT_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long the next case may take when `remaining` of the hook's own time is left and
+/// `cases` cases are still to run: an equal share of what is left after [`REPORT_MARGIN`], at
+/// most [`CASE_TIMEOUT`]. So the hook always reports before its own timeout (a hook that never
+/// reports leaves CodeDeploy waiting an hour).
+pub fn case_timeout(remaining: std::time::Duration, cases: usize) -> std::time::Duration {
+    let share = remaining.saturating_sub(REPORT_MARGIN) / cases.max(1) as u32;
+    share.min(CASE_TIMEOUT)
+}
+
 /// Invokes the version once per case, in order, and judges every answer.
 pub fn check(sample: &[SampleCase], target: &mut impl Invoke) -> Verdict {
     let mut verdict = Verdict {
@@ -206,5 +222,22 @@ mod tests {
             !check(&[], &mut right()).passed(),
             "an empty sample checks nothing"
         );
+    }
+
+    /// 25 cases that each took the function's longest timeout (30 s) would outlast the hook's
+    /// 120 s: the share keeps the whole check and the report inside the hook's time.
+    #[test]
+    fn every_case_waits_a_share_of_the_hook_s_time() {
+        use std::time::Duration;
+        let hook = Duration::from_secs(120);
+        let mut left = hook;
+        for cases in (1..=25).rev() {
+            let t = case_timeout(left, cases);
+            assert!(t <= CASE_TIMEOUT);
+            left -= t; // each case takes all of its share
+        }
+        assert!(left >= REPORT_MARGIN, "{left:?} left to report");
+        assert_eq!(case_timeout(Duration::from_secs(3), 4), Duration::ZERO);
+        assert_eq!(case_timeout(Duration::from_secs(600), 2), CASE_TIMEOUT);
     }
 }

@@ -62,10 +62,18 @@ fn main() {
     let searcher = match (&file, deltas.is_empty()) {
         (_, true) => Searcher::new(idx, params),
         (Some(bytes), false) => Searcher::new(idx, params)
-            .with_deltas(index_pack::format::Footer::read(bytes).unwrap(), &deltas)
+            .with_deltas(
+                index_pack::format::Footer::read(bytes).unwrap(),
+                &deltas,
+                index_pack::format::Serving::WholeSet,
+            )
             .unwrap(),
         (None, false) => Searcher::new(idx, params)
-            .with_deltas(function::index::footer().unwrap(), &deltas)
+            .with_deltas(
+                function::index::footer().unwrap(),
+                &deltas,
+                index_pack::format::Serving::WholeSet,
+            )
             .unwrap(),
     };
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)

@@ -268,8 +268,7 @@ impl Response {
     /// The same answer to every request, without reading it: the body of a backend that does
     /// no work (`local-runner serve --no-work`, a measurement of the stack's lower bound).
     pub fn constant() -> Response {
-        let d = Decision::new(0);
-        Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d))
+        Response::decided(0)
     }
 
     /// 200 for a transport's metrics route: the caller sets the body and its content type.
@@ -277,10 +276,39 @@ impl Response {
         Response::json(200, Cow::Borrowed(""), Outcome::Metrics)
     }
 
-    /// 502 (the shard failed) or 504 (it did not answer in time): `what` names the shard.
-    pub fn shard_unavailable(timed_out: bool, what: &str) -> Response {
-        let status = if timed_out { 504 } else { 502 };
-        Response::error(status, what, Reason::ShardUnavailable)
+    /// 502 (a shard failed) or 504 (it did not answer in time), naming the shard and what went
+    /// wrong in the front's own words; what the shard itself said is logged, never echoed.
+    pub fn shard_unavailable(u: &Unavailable) -> Response {
+        let status = if u.timed_out { 504 } else { 502 };
+        Response::error(status, &u.summary(), Reason::ShardUnavailable)
+    }
+
+    /// 503 from a front whose shards are not proven yet to tile one set.
+    pub fn shards_not_ready() -> Response {
+        Response::fixed(
+            503,
+            r#"{"error":"the shards are not proven to tile one reference set yet"}"#,
+            Reason::ShardUnavailable,
+        )
+    }
+
+    /// 404, for a route a transport does not serve.
+    pub fn not_found() -> Response {
+        Response::error(404, "not found", Reason::NotFound)
+    }
+
+    /// The decision of `frauds` among the 5 nearest.
+    pub fn decided(frauds: usize) -> Response {
+        let d = Decision::new(frauds);
+        Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d))
+    }
+
+    /// The answer to a search that ran elsewhere: its decision, or why there is none.
+    pub fn searched(frauds: Result<usize, Unavailable>) -> Response {
+        match frauds {
+            Ok(f) => Response::decided(f),
+            Err(u) => Response::shard_unavailable(&u),
+        }
     }
 }
 
@@ -290,12 +318,23 @@ pub trait Remote: Sync {
     fn frauds(&self, q: &[i16; DIMS]) -> Result<usize, Unavailable>;
 }
 
-/// Why a remote search has no answer: which shard, and whether it timed out.
+/// Why a remote search has no answer: which shard, what went wrong, whether it timed out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unavailable {
     pub timed_out: bool,
-    /// Names the shard and what it said, e.g. `shard 2 (fraud-shard-2) timed out after 1000 ms`.
-    pub message: String,
+    /// The shard, e.g. `shard 2 (fraud-shard-2)`.
+    pub shard: String,
+    /// What went wrong, in the front's words, e.g. `did not answer within 1000 ms`.
+    pub what: String,
+    /// What the shard or the client library said, for the log only: it may quote anything.
+    pub detail: String,
+}
+
+impl Unavailable {
+    /// What the caller is told: the shard and what went wrong.
+    pub fn summary(&self) -> String {
+        format!("{} {}", self.shard, self.what)
+    }
 }
 
 /// True when a Content-Type value names JSON: `application/json`, any case, optionally followed
@@ -305,116 +344,82 @@ pub fn is_json_content_type(value: &[u8]) -> bool {
     media.trim_ascii().eq_ignore_ascii_case(JSON.as_bytes())
 }
 
-/// The fraud scorer: parse, vectorize, search, decide.
+/// What routing a request gave: its answer, or the query vector of a transaction to search.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Routed {
+    Answer(Response),
+    Search([i16; DIMS]),
+}
+
+/// Routes requests and reads transactions into query vectors: everything but the search. The
+/// front over shards routes with it and searches elsewhere, asynchronously; [`Scorer`] adds a
+/// search to it.
 #[derive(Clone, Copy)]
-pub struct Scorer<'a> {
-    search: Search<'a>,
+pub struct Router {
     /// `/ready`'s bodies, ready and warming up.
     ready: [&'static str; 2],
 }
 
-/// Where the 5 nearest references are found.
-#[derive(Clone, Copy)]
-enum Search<'a> {
-    Local(Searcher<'a>),
-    Remote(&'a dyn Remote),
-}
-
-/// Why a transaction has no decision.
-#[derive(Debug)]
-pub enum ScoreError {
-    /// The body is not a transaction.
-    Payload(PayloadError),
-    /// The remote search has no answer.
-    Unavailable(Unavailable),
-}
-
-impl From<PayloadError> for ScoreError {
-    fn from(e: PayloadError) -> ScoreError {
-        ScoreError::Payload(e)
-    }
-}
-
-impl<'a> Scorer<'a> {
-    pub fn new(searcher: Searcher<'a>) -> Scorer<'a> {
-        Scorer {
-            search: Search::Local(searcher),
+impl Default for Router {
+    fn default() -> Router {
+        Router {
             ready: [r#"{"ready":true}"#, r#"{"ready":false}"#],
         }
     }
+}
 
-    /// A scorer whose search is remote (a front over shards).
-    pub fn remote(remote: &'a dyn Remote) -> Scorer<'a> {
-        Scorer {
-            search: Search::Remote(remote),
-            ready: [r#"{"ready":true}"#, r#"{"ready":false}"#],
-        }
-    }
-
-    /// The same scorer, naming the indexes it serves in `/ready` (the base or the shards first,
+impl Router {
+    /// The same router, naming the indexes it serves in `/ready` (the base or the shards first,
     /// then the deltas). The bodies are made once, for the life of the process.
-    pub fn with_identity(self, index: &Identity, deltas: &[Identity]) -> Scorer<'a> {
+    pub fn with_identity(self, index: &[Identity], deltas: &[Identity]) -> Router {
         #[derive(serde::Serialize)]
         struct ReadyBody<'i> {
             ready: bool,
-            index: &'i Identity,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            index: Option<&'i Identity>,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            shards: &'i [Identity],
             #[serde(skip_serializing_if = "<[_]>::is_empty")]
             deltas: &'i [Identity],
         }
         let body = |ready: bool| -> &'static str {
+            let (index, shards) = match index {
+                [one] => (Some(one), &[][..]),
+                many => (None, many),
+            };
             let body = ReadyBody {
                 ready,
                 index,
+                shards,
                 deltas,
             };
             let json = serde_json::to_string(&body).expect("a ready body serializes");
             Box::leak(json.into_boxed_str())
         };
-        Scorer {
+        Router {
             ready: [body(true), body(false)],
-            ..self
         }
     }
 
-    /// The in-process searcher (none for a remote search).
-    pub fn searcher(&self) -> Option<&Searcher<'a>> {
-        match &self.search {
-            Search::Local(s) => Some(s),
-            Search::Remote(_) => None,
-        }
-    }
-
-    /// Scores one request body.
-    pub fn score(&self, body: &[u8]) -> Result<Decision, ScoreError> {
-        let payload = payload::parse(body)?;
-        let query = vector::vectorize(&payload)?;
-        let frauds = match &self.search {
-            Search::Local(s) => s.frauds(&query),
-            Search::Remote(r) => r.frauds(&query).map_err(ScoreError::Unavailable)?,
-        };
-        Ok(Decision::new(frauds))
-    }
-
-    /// Answers one request.
-    pub fn handle(&self, req: &Request<'_>, readiness: Readiness) -> Response {
+    /// Routes one request: the answer of every route but a transaction to score, whose query
+    /// vector comes back to be searched.
+    pub fn route(&self, req: &Request<'_>, readiness: Readiness) -> Routed {
         let path = req.target.split_once('?').map_or(req.target, |(p, _)| p);
-        match (req.method, path) {
+        let answer = match (req.method, path) {
             ("POST", "/fraud-score") => {
                 if req.content_type.is_some_and(|ct| !is_json_content_type(ct)) {
-                    return Response::error(
+                    Response::error(
                         415,
                         "unsupported content type: send application/json",
                         Reason::UnsupportedMediaType,
-                    );
-                }
-                match self.score(req.body) {
-                    Ok(d) => Response::json(200, Cow::Borrowed(d.body()), Outcome::Decided(d)),
-                    Err(ScoreError::Payload(e)) => Response {
-                        field: Some(Cow::Owned(e.field().to_owned())),
-                        ..Response::error(400, &e.to_string(), Reason::BadBody)
-                    },
-                    Err(ScoreError::Unavailable(u)) => {
-                        Response::shard_unavailable(u.timed_out, &u.message)
+                    )
+                } else {
+                    match query(req.body) {
+                        Ok(q) => return Routed::Search(q),
+                        Err(e) => Response {
+                            field: Some(Cow::Owned(e.field().to_owned())),
+                            ..Response::error(400, &e.to_string(), Reason::BadBody)
+                        },
                     }
                 }
             }
@@ -437,7 +442,101 @@ impl<'a> Scorer<'a> {
                 allow: Some("GET, HEAD"),
                 ..Response::error(405, "method not allowed: use GET", Reason::MethodNotAllowed)
             },
-            _ => Response::error(404, "not found", Reason::NotFound),
+            _ => Response::not_found(),
+        };
+        Routed::Answer(answer)
+    }
+}
+
+/// A transaction's query vector.
+fn query(body: &[u8]) -> Result<[i16; DIMS], PayloadError> {
+    vector::vectorize(&payload::parse(body)?)
+}
+
+/// Why a transaction has no decision.
+#[derive(Debug)]
+pub enum ScoreError {
+    /// The body is not a transaction.
+    Payload(PayloadError),
+    /// The remote search has no answer.
+    Unavailable(Unavailable),
+}
+
+impl From<PayloadError> for ScoreError {
+    fn from(e: PayloadError) -> ScoreError {
+        ScoreError::Payload(e)
+    }
+}
+
+/// The fraud scorer: route, parse, vectorize, search, decide.
+#[derive(Clone, Copy)]
+pub struct Scorer<'a> {
+    router: Router,
+    search: Search<'a>,
+}
+
+/// Where the 5 nearest references are found.
+#[derive(Clone, Copy)]
+enum Search<'a> {
+    Local(Searcher<'a>),
+    Remote(&'a dyn Remote),
+}
+
+impl<'a> Scorer<'a> {
+    pub fn new(searcher: Searcher<'a>) -> Scorer<'a> {
+        Scorer {
+            router: Router::default(),
+            search: Search::Local(searcher),
+        }
+    }
+
+    /// A scorer whose search runs elsewhere, synchronously (shards searched in this process).
+    pub fn remote(remote: &'a dyn Remote) -> Scorer<'a> {
+        Scorer {
+            router: Router::default(),
+            search: Search::Remote(remote),
+        }
+    }
+
+    /// The same scorer, naming the index it serves and its deltas in `/ready`.
+    pub fn with_identity(self, index: &Identity, deltas: &[Identity]) -> Scorer<'a> {
+        Scorer {
+            router: self
+                .router
+                .with_identity(std::slice::from_ref(index), deltas),
+            ..self
+        }
+    }
+
+    /// The in-process searcher (none for a remote search).
+    pub fn searcher(&self) -> Option<&Searcher<'a>> {
+        match &self.search {
+            Search::Local(s) => Some(s),
+            Search::Remote(_) => None,
+        }
+    }
+
+    /// Frauds among the 5 nearest references of `q`.
+    pub fn frauds(&self, q: &[i16; DIMS]) -> Result<usize, Unavailable> {
+        match &self.search {
+            Search::Local(s) => Ok(s.frauds(q)),
+            Search::Remote(r) => r.frauds(q),
+        }
+    }
+
+    /// Scores one request body.
+    pub fn score(&self, body: &[u8]) -> Result<Decision, ScoreError> {
+        let frauds = self
+            .frauds(&query(body)?)
+            .map_err(ScoreError::Unavailable)?;
+        Ok(Decision::new(frauds))
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, req: &Request<'_>, readiness: Readiness) -> Response {
+        match self.router.route(req, readiness) {
+            Routed::Answer(r) => r,
+            Routed::Search(q) => Response::searched(self.frauds(&q)),
         }
     }
 }

@@ -74,16 +74,49 @@ pub fn main(name: &str, serve: impl FnOnce(&'static Process) -> Result<(), Error
 }
 
 /// One invocation at a time per execution environment: a single-threaded runtime suffices.
-fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
 }
 
-/// Answers HTTP events (API Gateway, Function URL, ALB) with `scorer` until the runtime stops,
-/// counting what it decides in `metrics`.
+/// What answers a Lambda's HTTP events: the scorer (at once), or the front over shards
+/// (once its shards have answered).
+pub trait Handler: Sync {
+    fn handle<'a>(
+        &'a self,
+        req: crate::Request<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::Response> + Send + 'a>>;
+}
+
+impl Handler for Scorer<'_> {
+    fn handle<'a>(
+        &'a self,
+        req: crate::Request<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::Response> + Send + 'a>> {
+        Box::pin(std::future::ready(Scorer::handle(
+            self,
+            &req,
+            crate::Readiness::Ready,
+        )))
+    }
+}
+
+/// Answers HTTP events (API Gateway, Function URL, ALB) with `handler` until the runtime
+/// stops, counting what it decides in `metrics`.
 pub fn serve_http(
-    scorer: Scorer<'static>,
+    handler: &'static dyn Handler,
+    process: &'static Process,
+    metrics: Metrics,
+) -> Result<(), Error> {
+    serve_http_on(runtime()?, handler, process, metrics)
+}
+
+/// [`serve_http`] on a runtime the caller made (and may have used during its init: the
+/// connections it opened stay with it).
+pub fn serve_http_on(
+    runtime: tokio::runtime::Runtime,
+    handler: &'static dyn Handler,
     process: &'static Process,
     metrics: Metrics,
 ) -> Result<(), Error> {
@@ -91,11 +124,12 @@ pub fn serve_http(
     let metrics: &'static Metrics = process.metrics.get().expect("set above");
     let failures: &'static FailureLog =
         Box::leak(Box::new(FailureLog::new(Duration::from_secs(1))));
-    runtime()?.block_on(async move {
+    runtime.block_on(async move {
         metrics.flush_on_shutdown().await;
         lambda_http::run(service_fn(move |req: Request| async move {
             process.invocations.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, Infallible>(respond(&scorer, failures, metrics, &req))
+            let answer = handler.handle(request(&req)).await;
+            Ok::<_, Infallible>(reply(answer, failures, metrics, &req))
         }))
         .await
     })
@@ -126,15 +160,17 @@ const MAX_LOGGED_CHARS: usize = 100;
 /// The path is the event's raw path (`rawPath` for v2 and Function URLs, `path` for v1 and ALB),
 /// which carries no REST API stage prefix.
 pub fn answer(scorer: &Scorer<'_>, req: &Request) -> crate::Response {
-    scorer.handle(
-        &crate::Request {
-            method: req.method().as_str(),
-            target: req.raw_http_path(),
-            content_type: req.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
-            body: req.body().as_ref(),
-        },
-        crate::Readiness::Ready,
-    )
+    scorer.handle(&request(req), crate::Readiness::Ready)
+}
+
+/// The handler's view of an event's request.
+pub fn request(req: &Request) -> crate::Request<'_> {
+    crate::Request {
+        method: req.method().as_str(),
+        target: req.raw_http_path(),
+        content_type: req.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
+        body: req.body().as_ref(),
+    }
 }
 
 /// Answers one request in the event source's format; logs it only if it failed, and counts it.
@@ -144,7 +180,16 @@ pub fn respond(
     metrics: &Metrics,
     req: &Request,
 ) -> Response<Body> {
-    let answer = answer(scorer, req);
+    reply(answer(scorer, req), failures, metrics, req)
+}
+
+/// `answer` to `req` in the event source's format; logged only if it failed, and counted.
+pub fn reply(
+    answer: crate::Response,
+    failures: &FailureLog,
+    metrics: &Metrics,
+    req: &Request,
+) -> Response<Body> {
     let now = Instant::now();
     if answer.status >= 400 {
         failures.note(now, req, &answer);
@@ -221,6 +266,8 @@ pub struct Metrics {
     /// `None`: metrics off; zero: a line set after every invocation.
     every: Option<Duration>,
     function: String,
+    /// The executing version (`AWS_LAMBDA_FUNCTION_VERSION`): a canary's own counts.
+    version: String,
     index: Vec<Identity>,
     /// The counts not written yet, and when they were last written.
     state: Mutex<(Counters, Instant)>,
@@ -236,11 +283,12 @@ impl Metrics {
                 format!("FRAUD_METRICS_FLUSH_SECONDS must be a number of seconds or off, not {s:?}")
             })?)),
         };
-        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
+        let env = |k| std::env::var(k).unwrap_or_default();
         let state = Mutex::new((Counters::default(), Instant::now()));
         Ok(Metrics {
             every,
-            function,
+            function: env("AWS_LAMBDA_FUNCTION_NAME"),
+            version: env("AWS_LAMBDA_FUNCTION_VERSION"),
             index,
             state,
         })
@@ -252,6 +300,7 @@ impl Metrics {
         Metrics {
             every: None,
             function: String::new(),
+            version: String::new(),
             index: Vec::new(),
             state,
         }
@@ -285,7 +334,11 @@ impl Metrics {
         let ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let lines = counts.emf(&self.function, &self.index, ms);
+        let emitter = crate::metrics::Emitter {
+            function: &self.function,
+            version: &self.version,
+        };
+        let lines = counts.emf(&emitter, &self.index, ms);
         let mut out = std::io::stdout().lock();
         for line in lines {
             let _ = writeln!(out, "{line}");

@@ -43,15 +43,33 @@ pub use handler::{Outcome, Readiness, Reason, Request, Response, Scorer};
 pub use search::{SearchParams, Searcher};
 
 /// The scorer over the embedded index (opened on first use) and the deltas that extend it
-/// ([`index::deltas`]), naming them in `/ready`.
+/// ([`index::deltas`]), naming them in `/ready`: a whole set's index only (a shard's is
+/// refused with a sentence, `format::check_composition`).
 #[cfg(feature = "embedded-index")]
 pub fn embedded_scorer() -> Result<Scorer<'static>, index::IndexError> {
     let deltas = index::deltas()?;
-    let searcher = Searcher::new(index::open()?, SearchParams::default())
-        .with_deltas(index::footer()?, deltas)?;
+    let searcher = Searcher::new(index::open()?, SearchParams::default()).with_deltas(
+        index::footer()?,
+        deltas,
+        index_pack::format::Serving::WholeSet,
+    )?;
     let delta_ids: Vec<_> = deltas
         .iter()
         .map(index_pack::format::Identity::of)
         .collect();
     Ok(Scorer::new(searcher).with_identity(&index::identity()?, &delta_ids))
+}
+
+/// The searcher of a shard over the embedded index: a shard's index only, and no deltas (a
+/// whole set's index, or deltas found beside the binary, are refused with a sentence,
+/// `format::check_composition`).
+#[cfg(feature = "embedded-index")]
+pub fn embedded_shard() -> Result<Searcher<'static>, index::IndexError> {
+    Ok(
+        Searcher::new(index::open()?, SearchParams::default()).with_deltas(
+            index::footer()?,
+            index::deltas()?,
+            index_pack::format::Serving::Shard,
+        )?,
+    )
 }

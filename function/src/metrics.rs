@@ -134,10 +134,16 @@ impl Counters {
     }
 
     /// The counters as CloudWatch Embedded Metric Format documents (one JSON line each):
-    /// `Approved`, `Denied` and `Rejected` by function and by function and index; `Decisions`
-    /// by function and fraud score, one document per score counted; `Rejected` by function and
-    /// reason, one document per reason counted. Nothing when nothing was counted.
-    pub fn emf(&self, function: &str, index: &[Identity], timestamp_ms: u64) -> Vec<String> {
+    /// `Approved`, `Denied` and `Rejected` by function, by function and index, and by function
+    /// and version (the executing version: a canary's own rate); `Decisions` by function and
+    /// fraud score, one document per score counted; `Rejected` by function and reason, one
+    /// document per reason counted. Nothing when nothing was counted.
+    pub fn emf(
+        &self,
+        function: &Emitter<'_>,
+        index: &[Identity],
+        timestamp_ms: u64,
+    ) -> Vec<String> {
         if self.is_empty() {
             return Vec::new();
         }
@@ -166,29 +172,30 @@ impl Counters {
                 members: members
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v))
-                    .chain([("Function".to_string(), function.into())])
+                    .chain([("Function".to_string(), function.function.into())])
                     .collect(),
             };
             serde_json::to_string(&doc).expect("an EMF document serializes")
         };
-        // CloudWatch takes no empty dimension value: a process that knows no index of its own
-        // (the front over shards) counts by function only.
-        let (dimensions, index_member) = match label.is_empty() {
-            true => (vec![vec!["Function"]], None),
-            false => (
-                vec![vec!["Function"], vec!["Function", "Index"]],
-                Some(("Index", label.clone().into())),
-            ),
-        };
-        let counts = [
+        // CloudWatch takes no empty dimension value: a process that knows no index (a front
+        // whose shards are not proven) or no version counts without that dimension.
+        let mut dimensions = vec![vec!["Function"]];
+        let mut members: Vec<(&str, serde_json::Value)> = vec![];
+        for (name, value) in [("Index", label.as_str()), ("Version", function.version)] {
+            if !value.is_empty() {
+                dimensions.push(vec!["Function", name]);
+                members.push((name, value.into()));
+            }
+        }
+        members.extend([
             ("Approved", self.approved().into()),
             ("Denied", self.denied().into()),
             ("Rejected", self.rejected_total().into()),
-        ];
+        ]);
         let mut out = vec![document(
             dimensions,
             &["Approved", "Denied", "Rejected"],
-            index_member.into_iter().chain(counts).collect(),
+            members,
         )];
         for (frauds, &n) in self.decisions.iter().enumerate().filter(|(_, &n)| n > 0) {
             let score = format!("{:.1}", Decision::new(frauds).fraud_score());
@@ -215,11 +222,32 @@ impl Counters {
     }
 }
 
-/// The index's short name in metrics: the CRC32 of each part, joined by `+` (the base or shard
-/// first).
+/// Which function writes the EMF documents: its name and the executing version
+/// (`AWS_LAMBDA_FUNCTION_VERSION`; empty where there is none).
+#[derive(Clone, Copy, Debug)]
+pub struct Emitter<'a> {
+    pub function: &'a str,
+    pub version: &'a str,
+}
+
+/// The index's short name in metrics, of bounded length whatever the number of parts: the
+/// first part's CRC32 (the base, or shard 0); with more parts, `+`, their count, `:` and the
+/// CRC32 of their CRC32s in order (`df6362c1+3:8e21a0f4`). Every delta changes it, so an
+/// operator can tell which environments serve which chain. At most 8 + 1 + 3 + 1 + 8 characters
+/// for up to 999 more parts (CloudWatch takes 1,024 in a dimension value; a search takes 254
+/// deltas at most).
 pub fn index_label(index: &[Identity]) -> String {
-    let crcs: Vec<&str> = index.iter().map(|i| i.crc32.as_str()).collect();
-    crcs.join("+")
+    let Some((first, rest)) = index.split_first() else {
+        return String::new();
+    };
+    if rest.is_empty() {
+        return first.crc32.clone();
+    }
+    let mut h = crc32fast::Hasher::new();
+    for part in rest {
+        h.update(part.crc32.as_bytes());
+    }
+    format!("{}+{}:{:08x}", first.crc32, rest.len(), h.finalize())
 }
 
 /// One Embedded Metric Format document: the metadata under `_aws`, then the members its
@@ -306,12 +334,18 @@ mod tests {
             references_sha256: "ab".repeat(32),
             references: 3_000_000,
             first_position: 0,
-            part: "whole".into(),
+            part: index_pack::format::SetPart::Whole,
             format_version: 5,
+            codec: "i16".into(),
             crc32: crc.into(),
             packer: "index-pack 0.1.0".into(),
         }
     }
+
+    const SCORER: Emitter = Emitter {
+        function: "fraud-score",
+        version: "7",
+    };
 
     fn counted() -> Counters {
         let mut c = Counters::default();
@@ -359,7 +393,7 @@ mod tests {
     fn emf_documents_hold_every_count_once() {
         let c = counted();
         let index = [identity("0000abcd"), identity("1111ef00")];
-        let lines = c.emf("fraud-score", &index, 1_700_000_000_000);
+        let lines = c.emf(&SCORER, &index, 1_700_000_000_000);
         let mut sums: BTreeMap<(String, String), f64> = BTreeMap::new();
         for line in &lines {
             let doc: EmfDocument = serde_json::from_str(line).unwrap();
@@ -375,10 +409,12 @@ mod tests {
         }
         let get = |name: &str, dims: &str| sums.get(&(name.into(), dims.into())).copied();
         assert_eq!(get("Approved", "Function=fraud-score"), Some(3.0));
+        let label = index_label(&index);
         assert_eq!(
-            get("Denied", "Function=fraud-score,Index=0000abcd+1111ef00"),
+            get("Denied", &format!("Function=fraud-score,Index={label}")),
             Some(4.0)
         );
+        assert_eq!(get("Approved", "Function=fraud-score,Version=7"), Some(3.0));
         assert_eq!(
             get("Decisions", "FraudScore=1.0,Function=fraud-score"),
             Some(3.0)
@@ -392,24 +428,46 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(get("Rejected", "Function=fraud-score"), Some(3.0));
-        assert!(Counters::default().emf("f", &index, 0).is_empty());
+        assert!(Counters::default().emf(&SCORER, &index, 0).is_empty());
         // A document whose metric is not a member is not EMF.
         let mut doc: EmfDocument = serde_json::from_str(&lines[0]).unwrap();
         doc.members.remove("Denied");
         assert!(doc.metrics().is_err());
     }
 
+    /// However many deltas, the index's name stays short, and each delta changes it.
+    #[test]
+    fn the_index_label_is_bounded_and_names_the_chain() {
+        let base = identity("df6362c1");
+        assert_eq!(index_label(std::slice::from_ref(&base)), "df6362c1");
+        assert_eq!(index_label(&[]), "");
+        let mut chain = vec![base];
+        let mut seen = std::collections::BTreeSet::new();
+        // The search takes at most 254 deltas (`Searcher::with_deltas`).
+        for d in 0..254u32 {
+            chain.push(identity(&format!("{d:08x}")));
+            let label = index_label(&chain);
+            assert!(label.len() <= 21, "{label}");
+            assert!(label.starts_with("df6362c1+"), "{label}");
+            assert!(seen.insert(label), "a delta left the label as it was");
+        }
+    }
+
     /// The front over shards knows no index of its own: no document may carry an empty
     /// dimension value (CloudWatch drops such a metric).
     #[test]
     fn without_an_index_the_counts_go_by_function_only() {
-        for line in counted().emf("front", &[], 1_700_000_000_000) {
+        let front = Emitter {
+            function: "front",
+            version: "",
+        };
+        for line in counted().emf(&front, &[], 1_700_000_000_000) {
             let doc: EmfDocument = serde_json::from_str(&line).unwrap();
             for m in doc.metrics().unwrap() {
                 assert!(
                     m.dimensions
                         .iter()
-                        .all(|(k, v)| !v.is_empty() && k != "Index"),
+                        .all(|(k, v)| !v.is_empty() && k != "Index" && k != "Version"),
                     "{line}"
                 );
             }

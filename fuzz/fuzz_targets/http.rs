@@ -1,5 +1,5 @@
-//! The HTTP request path of `local-runner serve`: arbitrary bytes from a client, through the
-//! server's own protocol code (`local_runner::serve::http1::Conn`, the code the event loop runs
+//! The HTTP request path of the servers (`http-server`): arbitrary bytes from a client, through the
+//! server's own protocol code (`http_server::http1::Conn`, the code the event loop runs
 //! for every connection) and the handler, fed in pieces of 1, 7, 61 or 4096 bytes.
 //!
 //! Checks:
@@ -18,8 +18,8 @@ use fraud_fuzz::http::{parse_replies, simple_request};
 use fraud_fuzz::scorer;
 use function::Request;
 use libfuzzer_sys::fuzz_target;
-use local_runner::serve::http1::{Buffers, Conn, Next};
-use local_runner::serve::{Limits, ReadyFlag, Scoring};
+use http_server::http1::{Buffers, Conn, Next};
+use http_server::{Limits, ReadyFlag, Scoring};
 use std::time::{Duration, Instant};
 
 /// Small enough that fuzz inputs reach the 413 path.

@@ -497,7 +497,8 @@ pub fn open(artifact: &[u8]) -> Result<&ArchivedIndex, FormatError> {
 
 /// Which index a binary serves, as its init log line, its `/ready`, its metrics and
 /// `index-pack inspect` name it: what it was built from (the references' SHA-256 and count),
-/// which part of a set it is, its format and archive checksum, and the packer that built it.
+/// which part of a set it is, its format, codec and archive checksum, and the packer that
+/// built it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Identity {
     /// SHA-256 of the decompressed references file, hex.
@@ -505,12 +506,42 @@ pub struct Identity {
     pub references: u32,
     /// The position of its first reference in the whole set.
     pub first_position: u32,
-    /// `whole`, `delta of <base CRC32>` or `shard <n> of <count>`.
-    pub part: String,
+    pub part: SetPart,
     pub format_version: u32,
+    /// `i16` or `fp16`.
+    pub codec: String,
     /// CRC32 of the archive (the footer's), hex.
     pub crc32: String,
     pub packer: String,
+}
+
+/// What part of a reference set an index is ([`Part`], as its identity carries it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SetPart {
+    Whole,
+    /// Extends the base whose archive has this CRC32 (hex).
+    Delta {
+        base_crc32: String,
+    },
+    /// Shard `number` of `count` (from 0) of a set of `total` references whose source SHA-256
+    /// is `set_sha256` (hex).
+    Shard {
+        number: u32,
+        count: u32,
+        total: u32,
+        set_sha256: String,
+    },
+}
+
+impl std::fmt::Display for SetPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetPart::Whole => f.write_str("whole"),
+            SetPart::Delta { base_crc32 } => write!(f, "delta of {base_crc32}"),
+            SetPart::Shard { number, count, .. } => write!(f, "shard {number} of {count}"),
+        }
+    }
 }
 
 impl Identity {
@@ -521,15 +552,42 @@ impl Identity {
             references: h.n_refs.to_native(),
             first_position: h.first_position.to_native(),
             part: match &h.part {
-                ArchivedPart::Whole => "whole".into(),
-                ArchivedPart::Delta { base } => format!("delta of {:08x}", base.crc32.to_native()),
-                ArchivedPart::Shard { number, count, .. } => format!("shard {number} of {count}"),
+                ArchivedPart::Whole => SetPart::Whole,
+                ArchivedPart::Delta { base } => SetPart::Delta {
+                    base_crc32: format!("{:08x}", base.crc32.to_native()),
+                },
+                ArchivedPart::Shard {
+                    number,
+                    count,
+                    total,
+                    set_sha256,
+                } => SetPart::Shard {
+                    number: number.to_native(),
+                    count: count.to_native(),
+                    total: total.to_native(),
+                    set_sha256: hex(set_sha256),
+                },
             },
             format_version: opened.footer.format_version,
+            codec: h.codec.native().name().to_string(),
             crc32: format!("{:08x}", opened.footer.crc32),
             packer: h.packer.to_string(),
         }
     }
+
+    /// The positions it holds: `first_position..first_position + references`.
+    pub fn positions(&self) -> std::ops::Range<u64> {
+        let first = u64::from(self.first_position);
+        first..first + u64::from(self.references)
+    }
+}
+
+/// How a binary serves an index: as a whole set (the scorer, `local-runner`, the `http` role of
+/// the Lambda) or as one shard of a set (the Lambda's `shard` role, behind a front).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    WholeSet,
+    Shard,
 }
 
 /// An opened artifact: its index and its footer.
@@ -566,20 +624,43 @@ pub fn open_with_footer(artifact: &[u8]) -> Result<Opened<'_>, FormatError> {
 }
 
 /// Checks that `parts`, a base then its deltas in order (each opened with its footer), form
-/// one reference set (a shard alone is one too): every delta extends this base (its source SHA-256, reference count and
-/// CRC32) and starts at the position where the parts before it end, and all share a codec.
-pub fn check_composition(parts: &[(&ArchivedIndex, Footer)]) -> Result<(), FormatError> {
+/// the one reference set `serving` needs: a whole set, whose deltas each extend this base (its
+/// source SHA-256, reference count and CRC32) and start at the position where the parts
+/// before it end, all with one codec; or one shard alone. A shard served as a whole set would
+/// vote over a fraction of the references, and a whole set served as a shard would be merged
+/// with its neighbours' references twice: both are refused with a sentence.
+pub fn check_composition(
+    parts: &[(&ArchivedIndex, Footer)],
+    serving: Serving,
+) -> Result<(), FormatError> {
     let bad = |m: String| Err(FormatError::Composition(m));
     let Some(((base, base_footer), deltas)) = parts.split_first() else {
         return bad("no index".into());
     };
     let h = &base.header;
-    match (&h.part, deltas.is_empty()) {
-        (ArchivedPart::Whole, _) | (ArchivedPart::Shard { .. }, true) => {}
-        (ArchivedPart::Shard { .. }, false) => {
+    match (&h.part, serving, deltas.is_empty()) {
+        (ArchivedPart::Whole, Serving::WholeSet, _)
+        | (ArchivedPart::Shard { .. }, Serving::Shard, true) => {}
+        (ArchivedPart::Shard { number, count, .. }, Serving::WholeSet, _) => {
+            return bad(format!(
+                "this index is shard {number} of {count} of a set (index-pack split): it holds \
+                 a fraction of the references and answers only in a shard's role, behind a \
+                 front that merges every shard (FRAUD_LAMBDA_ROLE=shard); serve the whole \
+                 set's index here"
+            ))
+        }
+        (ArchivedPart::Shard { .. }, Serving::Shard, false) => {
             return bad("deltas extend a whole set, not a shard".into())
         }
-        (ArchivedPart::Delta { .. }, _) => {
+        (ArchivedPart::Whole, Serving::Shard, _) => {
+            return bad(
+                "this index is a whole set, not a shard (index-pack split): a front would \
+                 merge its references with the other shards' and count some twice; build the \
+                 shard role with a shard's index"
+                    .into(),
+            )
+        }
+        (ArchivedPart::Delta { .. }, _, _) => {
             return bad("the first index is a delta: a delta is searched with its base".into())
         }
     }

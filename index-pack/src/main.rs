@@ -220,7 +220,7 @@ fn delta(
         let o = m.opened(p)?;
         parts.push((o.index, o.footer));
     }
-    format::check_composition(&parts)?;
+    format::check_composition(&parts, format::Serving::WholeSet)?;
     let first_position = parts
         .iter()
         .map(|(i, _)| i.header.first_position.to_native() + i.header.n_refs.to_native())

@@ -77,7 +77,7 @@ enum Command {
     },
     /// Serve the handler over HTTP/1.1 (one single-threaded event loop) until SIGTERM.
     #[cfg(feature = "embedded-index")]
-    Serve(serve::instance::ServeArgs),
+    Serve(serve::ServeArgs),
 }
 
 /// An artifact file read whole into memory aligned for the archive and checked in full
@@ -124,7 +124,7 @@ fn main() -> Result<()> {
         #[cfg(feature = "embedded-index")]
         Command::Serve(args) => {
             init_logging();
-            serve::instance::run(args)
+            serve::run(args)
         }
         Command::Verify {
             file,
@@ -173,8 +173,11 @@ fn main() -> Result<()> {
                         "built without the embedded index: pass --index FILE or --shard FILE"
                     ),
                 };
-                let searcher = Searcher::new(idx, SearchParams::default())
-                    .with_deltas(footer, &opened_deltas)?;
+                let searcher = Searcher::new(idx, SearchParams::default()).with_deltas(
+                    footer,
+                    &opened_deltas,
+                    format::Serving::WholeSet,
+                )?;
                 neighbours::Target::Searcher(searcher)
             };
             eprintln!("{}", target.describe());

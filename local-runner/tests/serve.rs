@@ -88,9 +88,12 @@ fn spinning_loop_answers_and_stops() {
     assert!(sigterm_and_wait(&mut server).success());
 }
 
-/// The counters at `GET /metrics`, read by a Prometheus text parser, by metric and labels.
-fn scrape(server: &Server) -> Vec<prometheus_parse::Sample> {
-    let resp = server.one(request("GET", "/metrics", "").as_bytes());
+/// The counters at `GET /metrics` on the metrics socket, read by a Prometheus text parser.
+fn scrape(metrics: &std::path::Path) -> Vec<prometheus_parse::Sample> {
+    let mut s = std::os::unix::net::UnixStream::connect(metrics).unwrap();
+    s.write_all(request("GET", "/metrics", "").as_bytes())
+        .unwrap();
+    let resp = read_response(&mut BufReader::new(s));
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(
         resp.header("content-type"),
@@ -106,21 +109,32 @@ fn counter(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &s
     let matching: Vec<f64> = samples
         .iter()
         .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
-        .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
-            ref other => panic!("{name} is not a counter: {other:?}"),
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => *v,
+            prometheus_parse::Value::Histogram(buckets) => {
+                buckets.iter().map(|b| b.count).fold(0.0, f64::max)
+            }
+            other => panic!("{name} is not a counter: {other:?}"),
         })
         .collect();
     matching.iter().sum()
 }
 
-/// `GET /metrics` counts every answer the server gave, the handler's and the transport's
-/// refusals, under names a Prometheus text parser reads, with the index served as labels; with
-/// `--metrics off` there is no such route.
+/// `GET /metrics`, on the metrics listener only, counts every answer the server gave, the
+/// handler's and the transport's refusals, and times them in a histogram, under names a
+/// Prometheus text parser reads, with the index served as labels; the public listener never
+/// serves the route, and without `--metrics-listen` nothing does.
 #[test]
 fn metrics_count_what_was_answered() {
-    let server = start_ready("metrics", &[]);
-    let before = scrape(&server);
+    let metrics = socket_path("metrics-port");
+    let listen = format!("unix:{}", metrics.display());
+    let server = start_ready("metrics", &["--metrics-listen", &listen]);
+    assert_eq!(
+        server.one(request("GET", "/metrics", "").as_bytes()).status,
+        404,
+        "the public listener serves no metrics"
+    );
+    let before = scrape(&metrics);
     let mut s = server.connect();
     let mut r = BufReader::new(s.try_clone().unwrap());
     for (body, n) in [(LEGIT, 3), (FRAUD, 2)] {
@@ -142,7 +156,7 @@ fn metrics_count_what_was_answered() {
             .status,
         413
     );
-    let after = scrape(&server);
+    let after = scrape(&metrics);
     let grew = |name: &str, labels: &[(&str, &str)]| {
         counter(&after, name, labels) - counter(&before, name, labels)
     };
@@ -166,6 +180,11 @@ fn metrics_count_what_was_answered() {
         ),
         1.0
     );
+    // The histogram counts the same answers, by route and outcome.
+    let duration = "fraud_request_duration_seconds";
+    let scored = [("route", "/fraud-score"), ("outcome", "decided")];
+    assert_eq!(grew(duration, &scored), 5.0);
+    assert_eq!(grew(duration, &[("outcome", "refused")]), 3.0);
     let info = after
         .iter()
         .find(|s| s.metric == "fraud_index_info")
@@ -180,12 +199,13 @@ fn metrics_count_what_was_answered() {
         let name = &s.metric;
         assert!(
             name == "fraud_index_info"
+                || name.starts_with(duration)
                 || (name.ends_with("_total")
                     && (name.contains("request") || name.contains("decision"))),
             "{name}"
         );
     }
-    let off = start_ready("metrics-off", &["--metrics", "off"]);
+    let off = start_ready("metrics-off", &[]);
     assert_eq!(
         off.one(request("GET", "/metrics", "").as_bytes()).status,
         404

@@ -53,7 +53,7 @@ enum Command {
     /// exact against the labeller (the path to other data, docs/SCALING.md).
     Scale(scale::Args),
     /// A reference set split into shards, each a bootstrap under AWS's emulator, with a front
-    /// (`local-runner serve --shards`) serving HTTP until stopped.
+    /// (`front serve`) serving HTTP until stopped.
     Shards(shards::Args),
 }
 

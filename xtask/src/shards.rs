@@ -1,6 +1,6 @@
 //! `cargo xtask shards` (docs/SCALING.md, "Past one function"): a set split into S shards, each
 //! shard's `bootstrap` (role `shard`) under AWS's emulator (the Invoke API's real path), and
-//! `local-runner serve --shards` in front, until stopped (`--check`: the public set, then stop).
+//! `front serve` in front, until stopped (`--check`: the public set, then stop).
 
 use crate::lambda::emulator::{Emulator, Settings, INVOKE};
 use crate::lambda::{package, sam::Tools};
@@ -58,8 +58,8 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
     let shards = shard_dirs.iter().map(start).collect::<Result<Vec<_>>>()?;
     let target = |s: &Emulator| format!("{}#function", s.url.trim_end_matches(INVOKE));
     let targets: Vec<String> = shards.iter().map(target).collect();
-    let local_runner = util::built("local-runner")?;
-    let front = cmd!(&local_runner, "serve", "--listen", listen, "--shards", targets.join(","));
+    let front =
+        cmd!(util::built("front")?, "serve", "--listen", listen, "--shards", targets.join(","));
     let log = shard_dirs[0].with_file_name("front.log");
     let front = util::to_log(front.env("AWS_REGION", "us-east-1"), &log).start()?;
     let running = Running { shards, front: util::Killed(front) };

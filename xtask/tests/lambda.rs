@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use xtask::lambda::emulator::{descendants, Memory, Session, Settings};
 use xtask::lambda::events::{cases, events_dir, failure, read_event, replay, request_body};
 use xtask::lambda::events::{parse_table, spread, Answer, Case, Expect};
-use xtask::lambda::gate::{judge, Emulated, Gathered, FUNCTION_NAME};
+use xtask::lambda::gate::{judge, Emulated, Gathered, EMULATED_VERSION, FUNCTION_NAME};
 use xtask::lambda::hook;
 use xtask::lambda::image::{from_zip_template, TEMPLATE};
 use xtask::lambda::logs::{check, Init, Line, Log};
@@ -378,12 +378,14 @@ fn emf(approved: u64, bad: u64) -> String {
         references_sha256: "ab".into(),
         references: 3_000_000,
         first_position: 0,
-        part: "whole".into(),
+        part: index_pack::format::SetPart::Whole,
         format_version: 5,
+        codec: "i16".into(),
         crc32: "0000000f".into(),
         packer: "index-pack 0.1.0".into(),
     };
-    counts.emf(FUNCTION_NAME, &[index], 1).join("\n") + "\n"
+    let emitter = function::metrics::Emitter { function: FUNCTION_NAME, version: EMULATED_VERSION };
+    counts.emf(&emitter, &[index], 1).join("\n") + "\n"
 }
 
 fn hook_run(status: &str, wrong: u64) -> hook::Run {

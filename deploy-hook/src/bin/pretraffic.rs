@@ -7,16 +7,19 @@
 //! Environment: `FRAUD_TARGET`, the version under test (its ARN with the version, as the
 //! template passes it); `FRAUD_SAMPLE`, the sample (default `sample.json` beside this binary);
 //! `FRAUD_TARGET_ENDPOINT` and `FRAUD_CODEDEPLOY_ENDPOINT`, other endpoints for the two APIs (an
-//! emulator and a stand-in, in tests). Credentials and region are the function's own.
+//! emulator and a stand-in, in tests). Credentials and region are the function's own (the
+//! SDK's standard chain, `fan_out::invoke`). Each case waits at most its share of the hook's
+//! remaining time ([`deploy_hook::case_timeout`]), so the hook reports before its own timeout.
 
 use aws_sdk_codedeploy::types::LifecycleEventStatus;
-use aws_sdk_lambda::primitives::Blob;
-use deploy_hook::{check, Invoke};
-use fan_out::aws_config;
+use deploy_hook::{case_timeout, check, Invoke};
+use fan_out::invoke::{sdk_config, Client};
+use fan_out::ShardTarget;
 use labeller::sample::SampleCase;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use serde::Deserialize;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// What CodeDeploy sends a lifecycle hook.
 #[derive(Deserialize)]
@@ -26,32 +29,29 @@ struct HookEvent {
     lifecycle_event_hook_execution_id: String,
 }
 
-/// The version under test, through the Invoke API.
+/// The version under test, through the Invoke API, within the hook's time.
 struct Target {
-    client: aws_sdk_lambda::Client,
-    function: String,
+    client: Client,
+    function: ShardTarget,
     runtime: tokio::runtime::Handle,
+    /// When the hook's own time ends, and the cases still to run.
+    deadline: Instant,
+    cases: usize,
 }
 
 impl Invoke for Target {
     fn invoke(&mut self, event: &[u8]) -> Result<Vec<u8>, String> {
-        let call = self
-            .client
-            .invoke()
-            .function_name(&self.function)
-            .payload(Blob::new(event.to_vec()))
-            .send();
-        let out = self
-            .runtime
-            .block_on(call)
-            .map_err(|e| aws_sdk_lambda::error::DisplayErrorContext(e).to_string())?;
-        if let Some(error) = out.function_error() {
-            return Err(format!("the function failed ({error})"));
+        let wait = case_timeout(
+            self.deadline.saturating_duration_since(Instant::now()),
+            self.cases,
+        );
+        self.cases = self.cases.saturating_sub(1);
+        let call = self.client.invoke(&self.function, event.to_vec());
+        match self.runtime.block_on(tokio::time::timeout(wait, call)) {
+            Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
+            Ok(Err(e)) => Err(format!("{}: {}", e.what(), e.detail())),
+            Ok(Ok(payload)) => Ok(payload),
         }
-        Ok(out
-            .payload()
-            .map(|b| b.as_ref().to_vec())
-            .unwrap_or_default())
     }
 }
 
@@ -67,25 +67,37 @@ fn main() -> Result<(), Error> {
         &std::fs::read(&sample_path)
             .map_err(|e| format!("cannot read the sample {}: {e}", sample_path.display()))?,
     )?;
-    let lambda = aws_sdk_lambda::Client::new(&aws_config(env("FRAUD_TARGET_ENDPOINT").as_deref()));
-    let codedeploy =
-        aws_sdk_codedeploy::Client::new(&aws_config(env("FRAUD_CODEDEPLOY_ENDPOINT").as_deref()));
-    tracing::info!(target = %target, cases = sample.len(), sample = %sample_path.display(), "pretraffic hook ready");
     // Multi-threaded: the check blocks in place on the invocations it makes.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let function = ShardTarget {
+        endpoint: env("FRAUD_TARGET_ENDPOINT"),
+        function: target.clone(),
+    };
+    let lambda = runtime.block_on(Client::new(&function));
+    let codedeploy = aws_sdk_codedeploy::Client::new(
+        &runtime.block_on(sdk_config(env("FRAUD_CODEDEPLOY_ENDPOINT").as_deref())),
+    );
+    tracing::info!(target = %target, cases = sample.len(), sample = %sample_path.display(), "pretraffic hook ready");
     let handle = runtime.handle().clone();
-    let (sample, target, lambda, codedeploy) = (&sample, &target, &lambda, &codedeploy);
+    let (sample, function, lambda, codedeploy) = (&sample, &function, &lambda, &codedeploy);
     runtime.block_on(lambda_runtime::run(service_fn(
         move |event: LambdaEvent<HookEvent>| {
             let handle = handle.clone();
             async move {
+                // The hook's own deadline, as Lambda gives it (milliseconds since the epoch).
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                let left = Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
                 let mut version = Target {
                     client: lambda.clone(),
-                    function: target.clone(),
+                    function: function.clone(),
                     runtime: handle,
+                    deadline: Instant::now() + left,
+                    cases: sample.len(),
                 };
                 let verdict = tokio::task::block_in_place(|| check(sample, &mut version));
                 let status = if verdict.passed() {

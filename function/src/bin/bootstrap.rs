@@ -85,10 +85,18 @@ fn serve(started: Instant, process: &'static Process) -> Result<(), Error> {
             return Err(format!("FRAUD_LAMBDA_ROLE must be http or shard, not {other:?}").into())
         }
     };
-    let scorer = function::embedded_scorer()?;
-    let searcher = *scorer
-        .searcher()
-        .expect("the bootstrap searches its own index");
+    // Each role takes only its part of a set: the http role a whole set (with its deltas), the
+    // shard role a shard; the other is refused here with a sentence, before any traffic.
+    let (scorer, searcher) = match role {
+        Role::Http => {
+            let scorer = function::embedded_scorer()?;
+            let searcher = *scorer
+                .searcher()
+                .expect("the bootstrap searches its own index");
+            (Some(scorer), searcher)
+        }
+        Role::Shard => (None, function::embedded_shard()?),
+    };
     let artifact = function::index::artifact()?;
     let memory_mb = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
         .ok()
@@ -121,13 +129,14 @@ fn serve(started: Instant, process: &'static Process) -> Result<(), Error> {
         init_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "index ready"
     );
-    match role {
-        Role::Http => {
+    match scorer {
+        Some(scorer) => {
             let mut index = vec![identity];
             index.extend(deltas.iter().map(Identity::of));
+            let scorer: &'static function::Scorer = Box::leak(Box::new(scorer));
             function::lambda::serve_http(scorer, process, Metrics::from_env(index)?)
         }
-        Role::Shard => {
+        None => {
             let identity: &'static Identity = Box::leak(Box::new(identity));
             function::lambda::serve_events(process, move |request: NearestRequest| {
                 shard::answer(&searcher, identity, &request)

@@ -58,8 +58,8 @@ use crate::hint::prefetch;
 use index_pack::codec;
 use index_pack::format::{
     check_composition, clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef,
-    F16Group, Footer, FormatError, I16Group, Opened, BLOCK_BIT, DIMS, GROUP_ROWS, KEYS, KEY_DIMS,
-    LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
+    F16Group, Footer, FormatError, I16Group, Opened, Serving, BLOCK_BIT, DIMS, GROUP_ROWS, KEYS,
+    KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -225,19 +225,21 @@ impl<'a> Searcher<'a> {
     }
 
     /// This searcher over its index (the base, whose footer is `base_footer`) and `deltas`,
-    /// which must extend it in order (`format::check_composition`: the base they were packed
-    /// for, the positions that follow it). The search then walks all of them at once, with one
-    /// running top 5 (so parking stays exact across them), and the answers are those of the
-    /// labeller over the base's references followed by the deltas'.
+    /// which must extend it in order, served as `serving` says (`format::check_composition`:
+    /// a whole set and the deltas packed for it, at the positions that follow it; or a shard
+    /// alone). The search then walks all of them at once, with one running top 5 (so parking
+    /// stays exact across them), and the answers are those of the labeller over the base's
+    /// references followed by the deltas'.
     pub fn with_deltas(
         self,
         base_footer: Footer,
         deltas: &'a [Opened<'a>],
+        serving: Serving,
     ) -> Result<Searcher<'a>, FormatError> {
         let all: Vec<(&ArchivedIndex, Footer)> = std::iter::once((self.parts.base, base_footer))
             .chain(deltas.iter().map(|d| (d.index, d.footer)))
             .collect();
-        check_composition(&all)?;
+        check_composition(&all, serving)?;
         if deltas.len() >= u8::MAX as usize {
             return Err(FormatError::Composition("more than 254 deltas".into()));
         }

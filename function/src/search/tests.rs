@@ -742,7 +742,7 @@ fn a_base_and_its_deltas_answer_as_one_set() {
         let oracle = Oracle::new(&all);
         let mut rng = Lcg(seed);
         for s in searchers(base.index) {
-            let s = s.with_deltas(base.footer, &deltas).unwrap();
+            let s = s.with_deltas(base.footer, &deltas, WHOLE).unwrap();
             for _ in 0..150 {
                 let q = random_vector(&mut rng, coarse);
                 check_query(&s, &all, &oracle, &q);
@@ -751,15 +751,23 @@ fn a_base_and_its_deltas_answer_as_one_set() {
         // The deltas alone, out of order, or after another base do not compose.
         let s = Searcher::new(base.index, SearchParams::default());
         let swapped = [deltas[1], deltas[0]];
-        let e = s.with_deltas(base.footer, &swapped).err().unwrap();
+        let e = s.with_deltas(base.footer, &swapped, WHOLE).err().unwrap();
         assert!(e.to_string().contains("starts at position 2900"), "{e}");
         let other_footer = Footer {
             crc32: base.footer.crc32 ^ 1,
             ..base.footer
         };
-        let e = s.with_deltas(other_footer, &deltas).err().unwrap();
+        let e = s.with_deltas(other_footer, &deltas, WHOLE).err().unwrap();
         assert!(e.to_string().contains("extends another base"), "{e}");
         let d = Searcher::new(deltas[0].index, SearchParams::default());
-        assert!(d.with_deltas(deltas[0].footer, &[]).is_err());
+        assert!(d.with_deltas(deltas[0].footer, &[], WHOLE).is_err());
+        // A whole set served as a shard is refused too.
+        let e = s
+            .with_deltas(base.footer, &[], format::Serving::Shard)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("is a whole set, not a shard"), "{e}");
     }
 }
+
+const WHOLE: format::Serving = format::Serving::WholeSet;

@@ -151,12 +151,15 @@ pub fn expected_metrics(cases: &[Case], index: &str) -> Result<BTreeMap<String, 
         };
         add(format!("{name} Function={FUNCTION_NAME}"));
         add(format!("{name} Function={FUNCTION_NAME} Index={index}"));
+        add(format!("{name} Function={FUNCTION_NAME} Version={EMULATED_VERSION}"));
     }
     Ok(want)
 }
 
-/// The function's name in the emulator (its default `AWS_LAMBDA_FUNCTION_NAME`).
+/// The function's name in the emulator (its default `AWS_LAMBDA_FUNCTION_NAME`), and its version
+/// (`AWS_LAMBDA_FUNCTION_VERSION`).
 pub const FUNCTION_NAME: &str = "test_function";
+pub const EMULATED_VERSION: &str = "$LATEST";
 
 pub fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
     let mut j = Judged::default();

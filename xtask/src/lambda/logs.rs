@@ -126,7 +126,7 @@ pub fn expected(artifact: &Path) -> Result<Init> {
         codec: codec.into(),
         index_references_sha256: id.references_sha256,
         index_references: id.references.into(),
-        index_part: id.part,
+        index_part: id.part.to_string(),
         index_format_version: id.format_version,
         index_crc32: id.crc32,
         index_packer: id.packer,

@@ -114,9 +114,10 @@ pub fn copy_bootstrap(bin: &Path, dir: &Path) -> Result<PathBuf> {
 /// A shard's image context, target/shards/<number>/ (template-sharded.yaml's Shard<number>).
 pub fn shard_context(pkg: &Package, shard: &Path) -> Result<PathBuf> {
     let part = super::logs::identity(shard)?.part;
-    let number = part.strip_prefix("shard ").and_then(|p| p.split(' ').next());
-    let number = number.with_context(|| format!("{} is {part}, not a shard", shard.display()))?;
-    let context = util::target_dir().join("shards").join(number);
+    let index_pack::format::SetPart::Shard { number, .. } = part else {
+        bail!("{} is {part}, not a shard", shard.display());
+    };
+    let context = util::target_dir().join("shards").join(number.to_string());
     let _ = fs::remove_dir_all(&context);
     pkg.copy_to(&context.join("bootstrap"))?;
     log!("shard {number}'s image context in {}", context.display());

@@ -47,9 +47,12 @@
 //! - Every answer's status, body and headers come from [`function::Response`].
 
 use super::config::Limits;
+use super::latency::{Latency, Route};
 use function::metrics::Counters;
 use function::{Request, Response};
 use httparse::Status;
+use index_pack::format::Identity;
+use std::borrow::Cow;
 use std::time::Instant;
 
 /// Longest request head (request line and headers); 431 beyond.
@@ -68,22 +71,50 @@ pub enum Next {
     Pause,
     /// Write what was produced, then close. No further input is taken.
     Close,
+    /// Write what was produced, then wait for a promised answer ([`Conn::complete`]) before
+    /// reading or resuming.
+    Await,
 }
 
-/// Whoever answers the requests: the scorer, or a constant. `counted` is what the server has
-/// answered so far (for a metrics route).
+/// Whoever answers the requests: the scorer, the front over shards, or a constant.
 pub trait App {
-    fn answer(&mut self, req: &Request<'_>, counted: &Counters) -> Response;
-}
+    /// Answers `req` at once, or promises to: [`Answer::Later`] means the app will hand the
+    /// answer to the server's [`crate::Completions`] with `ticket` (from any thread).
+    fn answer(&mut self, req: &Request<'_>, ticket: Ticket) -> Answer;
 
-impl<F: FnMut(&Request<'_>) -> Response> App for F {
-    fn answer(&mut self, req: &Request<'_>, _counted: &Counters) -> Response {
-        self(req)
+    /// The index the app serves, as the metrics name it (none by default).
+    fn index(&self) -> Cow<'_, [Identity]> {
+        Cow::Borrowed(&[])
     }
 }
 
+/// What an [`App`] gives for a request.
+#[derive(Debug)]
+pub enum Answer {
+    Now(Response),
+    /// The answer comes later, through [`crate::Completions::complete`] with the request's
+    /// [`Ticket`]. Meanwhile the connection reads nothing more and no deadline of its client
+    /// runs; its later pipelined requests wait for it.
+    Later,
+}
+
+impl<F: FnMut(&Request<'_>) -> Response> App for F {
+    fn answer(&mut self, req: &Request<'_>, _ticket: Ticket) -> Answer {
+        Answer::Now(self(req))
+    }
+}
+
+/// Names the connection a promised answer belongs to: its key in the server and the
+/// generation of that key (a key is reused once its connection ends; an answer for an ended
+/// connection is dropped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    pub key: usize,
+    pub generation: u64,
+}
+
 /// The output buffer the event loop lends to every connection in turn (so idle connections hold
-/// none), and the count of every answer written into it.
+/// none), and the count and duration of every answer written into it.
 #[derive(Default)]
 pub struct Buffers {
     /// Answers produced by the last call, in order, ready to be written.
@@ -91,7 +122,11 @@ pub struct Buffers {
     /// Every answer written ([`Response::outcome`]), the app's and the transport's refusals,
     /// unless `uncounted`: one array increment each.
     pub counters: Counters,
+    /// How long each answer took (the same answers as `counters`).
+    pub latency: Latency,
     pub uncounted: bool,
+    /// The ticket of the connection being served (set by the server before each call).
+    pub ticket: Ticket,
 }
 
 impl Buffers {
@@ -102,17 +137,70 @@ impl Buffers {
         }
     }
 
-    /// Appends one answer to `out` (see [`write_response`]) and counts it.
-    fn answer(&mut self, version: u8, head_only: bool, r: &Response, connection: Connection) {
-        self.count(r);
-        write_response(&mut self.out, version, head_only, r, connection);
+    /// Appends one answer to `out` (see [`write_response`]), counts it and times it from
+    /// `started` (a transport's refusal, `None`, takes no time of the server's).
+    fn answer(&mut self, framing: Framing, r: &Response, route: Route, started: Option<Instant>) {
+        if !self.uncounted {
+            self.counters.record(r.outcome);
+            let took = started.map_or(std::time::Duration::ZERO, |t| t.elapsed());
+            self.latency.record(route, r.outcome, took);
+        }
+        write_response(
+            &mut self.out,
+            framing.version,
+            framing.head_only,
+            r,
+            framing.connection,
+        );
     }
 
     /// Appends `r` as the only answer on a connection that is then closed (the connection cap's
     /// 503, written without reading the request), and counts it.
     pub fn answer_final(&mut self, r: &Response) {
-        self.answer(1, false, r, Connection::Close);
+        self.count(r);
+        write_final(&mut self.out, r);
     }
+}
+
+/// How an answer is framed: the request's version, whether it was HEAD, the connection header.
+#[derive(Clone, Copy, Debug)]
+struct Framing {
+    version: u8,
+    head_only: bool,
+    connection: Connection,
+}
+
+impl Framing {
+    /// A refusal: HTTP/1.1, closing.
+    const REFUSAL: Framing = Framing {
+        version: 1,
+        head_only: false,
+        connection: Connection::Close,
+    };
+
+    fn of(version: u8, head_only: bool, close: bool) -> Framing {
+        let connection = match (close, version) {
+            (true, _) => Connection::Close,
+            (false, 0) => Connection::KeepAlive,
+            (false, _) => Connection::Default,
+        };
+        Framing {
+            version,
+            head_only,
+            connection,
+        }
+    }
+}
+
+/// A request whose answer was promised ([`Answer::Later`]): what its answer needs.
+#[derive(Clone, Copy, Debug)]
+struct Promised {
+    version: u8,
+    head_only: bool,
+    /// The request asked to close (or is HTTP/1.0 without keep-alive).
+    close: bool,
+    route: Route,
+    started: Instant,
 }
 
 /// The protocol state of one connection.
@@ -140,6 +228,8 @@ pub struct Conn {
     /// The current request says HTTP/1.2 to 1.9: the offset in it of the minor digit, to be
     /// read as 1 (handled as HTTP/1.1) once the request is in `pending`.
     version_patch: Option<usize>,
+    /// A request whose answer the app promised ([`Answer::Later`]); nothing is read meanwhile.
+    promised: Option<Promised>,
 }
 
 /// Where the current request stands. Offsets are into the bytes of the current request.
@@ -178,6 +268,7 @@ impl Conn {
             closing: false,
             paused: false,
             version_patch: None,
+            promised: None,
         }
     }
 
@@ -192,6 +283,10 @@ impl Conn {
         bufs: &mut Buffers,
     ) -> Next {
         debug_assert!(!self.paused, "receive while paused: resume first");
+        debug_assert!(
+            self.promised.is_none(),
+            "receive while an answer is promised"
+        );
         if self.closing {
             return Next::Close;
         }
@@ -235,12 +330,45 @@ impl Conn {
         app: &mut impl App,
         bufs: &mut Buffers,
     ) -> Next {
-        if self.closing {
-            return Next::Close;
+        if self.closing || self.promised.is_some() {
+            return self.next();
         }
         self.paused = false;
         self.process_pending(now, limits, app, bufs);
         self.patched_versions(now, limits, app, bufs);
+        self.after(limits, bufs)
+    }
+
+    /// Writes the answer promised for the current request ([`Answer::Later`]), then goes on
+    /// with the requests pipelined after it. Without a promise (the connection was reset since,
+    /// or the answer came twice) it does nothing.
+    pub fn complete(
+        &mut self,
+        r: &Response,
+        now: Instant,
+        limits: &Limits,
+        app: &mut impl App,
+        bufs: &mut Buffers,
+    ) -> Next {
+        let Some(p) = self.promised.take() else {
+            return self.next();
+        };
+        let close = p.close || self.last;
+        bufs.answer(
+            Framing::of(p.version, p.head_only, close),
+            r,
+            p.route,
+            Some(p.started),
+        );
+        self.waiting_since = now;
+        if close {
+            self.closing = true;
+            return self.next();
+        }
+        if !self.pending.is_empty() && !self.paused {
+            self.process_pending(now, limits, app, bufs);
+            self.patched_versions(now, limits, app, bufs);
+        }
         self.after(limits, bufs)
     }
 
@@ -263,6 +391,7 @@ impl Conn {
     fn after(&mut self, limits: &Limits, bufs: &mut Buffers) -> Next {
         if !self.closing
             && !self.paused
+            && self.promised.is_none()
             && self.pending.len() > MAX_HEAD_BYTES + 2 * limits.max_body_bytes
         {
             // Only chunk framing can get here (a head or a length over its limit is refused as
@@ -280,7 +409,7 @@ impl Conn {
     /// complete within the body timeout after its head (408). A paused connection is waiting
     /// for the server, not for its client: no deadline of the client's applies to it.
     pub fn tick(&mut self, now: Instant, limits: &Limits, bufs: &mut Buffers) -> Next {
-        if self.closing || self.paused {
+        if self.closing || self.paused || self.promised.is_some() {
             return self.next();
         }
         match self.head_at {
@@ -303,15 +432,15 @@ impl Conn {
     /// request in progress (its answer says `connection: close`).
     pub fn finish(&mut self) -> Next {
         self.last = true;
-        if self.pending.is_empty() {
+        if self.is_idle() {
             self.closing = true;
         }
         self.next()
     }
 
-    /// True between requests: nothing of a next request has arrived.
+    /// True between requests: nothing of a next request has arrived, no answer is promised.
     pub fn is_idle(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.is_empty() && self.promised.is_none()
     }
 
     /// Bytes of memory this connection holds for requests (input kept, decoded body).
@@ -322,6 +451,8 @@ impl Conn {
     fn next(&self) -> Next {
         if self.closing {
             Next::Close
+        } else if self.promised.is_some() {
+            Next::Await
         } else if self.paused {
             Next::Pause
         } else {
@@ -340,7 +471,7 @@ impl Conn {
         bufs: &mut Buffers,
     ) -> usize {
         let (mut at, mut answered, out_at_start) = (0, 0, bufs.out.len());
-        while at < buf.len() && !self.closing {
+        while at < buf.len() && !self.closing && self.promised.is_none() {
             if answered >= limits.max_requests_per_turn.max(1)
                 || bufs.out.len() - out_at_start >= limits.max_unsent_bytes
             {
@@ -481,23 +612,35 @@ impl Conn {
             Stage::Chunked { chunks, .. } => (&self.body, chunks.at),
         };
         let close = head.close || self.last;
-        let answer = app.answer(
-            &Request {
-                method: req.method.unwrap_or_default(),
-                target: origin_form(req.path.unwrap_or_default()),
-                content_type: head.content_type,
-                body,
-            },
-            &bufs.counters,
-        );
-        let connection = match (close, head.version) {
-            (true, _) => Connection::Close,
-            (false, 0) => Connection::KeepAlive,
-            (false, _) => Connection::Default,
+        let target = origin_form(req.path.unwrap_or_default());
+        let request = Request {
+            method: req.method.unwrap_or_default(),
+            target,
+            content_type: head.content_type,
+            body,
         };
-        bufs.answer(head.version, head.is_head, &answer, connection);
-        if close {
-            self.closing = true;
+        let route = Route::of(target);
+        match app.answer(&request, bufs.ticket) {
+            Answer::Now(answer) => {
+                bufs.answer(
+                    Framing::of(head.version, head.is_head, close),
+                    &answer,
+                    route,
+                    Some(now),
+                );
+                if close {
+                    self.closing = true;
+                }
+            }
+            Answer::Later => {
+                self.promised = Some(Promised {
+                    version: head.version,
+                    head_only: head.is_head,
+                    close: head.close,
+                    route,
+                    started: now,
+                });
+            }
         }
         Step::Done(used)
     }
@@ -524,7 +667,7 @@ impl Conn {
 
     /// Answers with `r` and closes: the request cannot be served.
     fn refuse(&mut self, r: Response, bufs: &mut Buffers) {
-        bufs.answer(1, false, &r, Connection::Close);
+        bufs.answer(Framing::REFUSAL, &r, Route::Other, None);
         self.closing = true;
         self.paused = false;
     }
@@ -915,7 +1058,7 @@ impl Chunks {
 }
 
 /// The `connection` header an answer carries.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Connection {
     /// None: HTTP/1.1 keeps the connection by default.
     Default,
@@ -984,6 +1127,8 @@ pub fn write_final(out: &mut Vec<u8>, r: &Response) {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",

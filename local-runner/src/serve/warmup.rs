@@ -4,11 +4,9 @@
 //! scratch, the branch predictors and the caches of the thread that serves are warm. Requests
 //! that arrive meanwhile are answered normally; only `/ready` waits.
 
-use crate::serve::answer::ReadyFlag;
-use crate::serve::server::Background;
 use function::index::IndexError;
 use function::{Readiness, Request, Scorer};
-use mio::Waker;
+use http_server::{Background, ReadyFlag, Waker};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;

@@ -46,22 +46,51 @@
 
 use super::answer::ReadyFlag;
 use super::config::Limits;
-use super::http1::{self, App, Buffers, Next};
+use super::http1::{self, Answer, App, Buffers, Next, Ticket};
+use super::latency::Latency;
 use super::listener::{Listener, Stream};
 use anyhow::{Context, Result};
-use function::Response;
+use function::metrics::Counters;
+use function::{Request, Response};
 use mio::event::Event;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNAL: Token = Token(usize::MAX - 2);
 const WAKER: Token = Token(usize::MAX - 3);
+const METRICS_LISTENER: Token = Token(usize::MAX - 4);
+
+/// The metrics route, on the metrics listener only.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Prometheus's text format, version 0.0.4.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
+
+/// Where promised answers ([`Answer::Later`]) come back from other threads: each wakes the
+/// event loop, which writes it to its connection (or drops it if that connection ended).
+#[derive(Clone)]
+pub struct Completions {
+    done: Arc<Mutex<Vec<(Ticket, Response)>>>,
+    waker: Arc<Waker>,
+}
+
+impl Completions {
+    /// Hands the answer of the request `ticket` names to the event loop.
+    pub fn complete(&self, ticket: Ticket, answer: Response) {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ticket, answer));
+        let _ = self.waker.wake();
+    }
+}
 
 /// How long a closing connection keeps reading (and dropping) what the client still sends.
 pub const LINGER: Duration = Duration::from_millis(100);
@@ -116,6 +145,17 @@ pub fn fit_descriptors(limits: &mut Limits, soft: u64, hard: u64) -> Result<Opti
     Ok((soft < needed).then_some(needed))
 }
 
+/// Fits `limits` to this process's open-files limits ([`fit_descriptors`]), raising the soft
+/// limit as far as they need.
+pub fn fit_open_files(mut limits: Limits) -> Result<Limits> {
+    let (soft, hard) = super::listener::open_files_limit()?;
+    if let Some(raised) = fit_descriptors(&mut limits, soft, hard)? {
+        super::listener::set_open_files_limit(raised, hard)?;
+        info!(from = soft, to = raised, "raised the open-files limit");
+    }
+    Ok(limits)
+}
+
 /// Work the loop runs between events while it asks for it (the warm-up's queries).
 pub trait Background {
     /// True while there is work to do now (the loop then polls without waiting).
@@ -132,9 +172,23 @@ impl Background for () {
     fn step(&mut self) {}
 }
 
+/// What a connection was accepted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The app's requests (the public listener).
+    App,
+    /// `GET /metrics` only (the metrics listener).
+    Metrics,
+}
+
 /// One accepted connection.
 struct Connection {
     stream: Stream,
+    role: Role,
+    /// Tells this connection from a later one under the same key ([`Ticket`]).
+    generation: u64,
+    /// An answer was promised and has not come yet: nothing is read or resumed.
+    awaiting: bool,
     http: http1::Conn,
     /// Answers the client has not taken yet; nothing more is read until they are written.
     backlog: Vec<u8>,
@@ -169,6 +223,7 @@ impl Connection {
     /// Whether it has work for another turn (and nothing makes it wait for the client).
     fn wants_turn(&self) -> bool {
         self.backlog.is_empty()
+            && !self.awaiting
             && (self.paused || self.readable)
             && (self.linger_until.is_some() || !self.close_after_flush)
     }
@@ -178,6 +233,14 @@ impl Connection {
 pub struct Server<A: App> {
     poll: Poll,
     listener: Option<Listener>,
+    /// Where `GET /metrics` is served ([`Server::serve_metrics`]), apart from the app's.
+    metrics_listener: Option<Listener>,
+    /// Connections may wait on the metrics listener.
+    accept_metrics: bool,
+    /// Promised answers handed back by other threads ([`Completions`]).
+    completed: Arc<Mutex<Vec<(Ticket, Response)>>>,
+    /// The generation the next connection gets.
+    generation: u64,
     conns: Slab<Connection>,
     /// Busy connections (more to do than a slice), in the order they are served.
     turns: VecDeque<usize>,
@@ -253,8 +316,39 @@ impl Shed {
 }
 
 impl<A: App> Server<A> {
-    pub fn new(mut listener: Listener, app: A, ready: ReadyFlag, limits: Limits) -> Result<Self> {
+    /// A server whose app promises answers ([`Answer::Later`]): `app` is made with the
+    /// [`Completions`] it hands them back through.
+    pub fn new_with(
+        listener: Listener,
+        ready: ReadyFlag,
+        limits: Limits,
+        app: impl FnOnce(Completions) -> A,
+    ) -> Result<Self> {
         let poll = Poll::new().context("cannot create the poller")?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).context("cannot create a waker")?);
+        let completed = Arc::default();
+        let completions = Completions {
+            done: Arc::clone(&completed),
+            waker: waker.clone(),
+        };
+        let mut server = Server::with_poll(poll, listener, app(completions), ready, limits)?;
+        (server.completed, server.waker) = (completed, Some(waker));
+        Ok(server)
+    }
+
+    /// A server of `app` on `listener`; nothing is counted until [`Server::serve_metrics`].
+    pub fn new(listener: Listener, app: A, ready: ReadyFlag, limits: Limits) -> Result<Self> {
+        let poll = Poll::new().context("cannot create the poller")?;
+        Server::with_poll(poll, listener, app, ready, limits)
+    }
+
+    fn with_poll(
+        poll: Poll,
+        mut listener: Listener,
+        app: A,
+        ready: ReadyFlag,
+        limits: Limits,
+    ) -> Result<Self> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .context("cannot register the listener")?;
@@ -265,13 +359,20 @@ impl<A: App> Server<A> {
         Ok(Server {
             poll,
             listener: Some(listener),
+            metrics_listener: None,
+            accept_metrics: false,
+            completed: Arc::default(),
+            generation: 0,
             conns: Slab::new(),
             turns: VecDeque::new(),
             app,
             ready,
             limits,
             read_buf: vec![0; READ_BYTES].into_boxed_slice(),
-            bufs: Buffers::default(),
+            bufs: Buffers {
+                uncounted: true,
+                ..Buffers::default()
+            },
             counted: 0,
             shedding: 0,
             held: 0,
@@ -289,9 +390,18 @@ impl<A: App> Server<A> {
         })
     }
 
-    /// Whether every answer is counted (for a metrics route); on by default.
-    pub fn count_answers(&mut self, on: bool) {
-        self.bufs.uncounted = !on;
+    /// Serves `GET /metrics` on `listener` (Prometheus text: every answer counted, by decision
+    /// and refusal, and the request-duration histogram, [`crate::latency`]), with the same
+    /// limits as the app's listener. Without it nothing is counted, and the app's listener
+    /// never serves the route.
+    pub fn serve_metrics(&mut self, mut listener: Listener) -> Result<()> {
+        self.poll
+            .registry()
+            .register(&mut listener, METRICS_LISTENER, Interest::READABLE)
+            .context("cannot register the metrics listener")?;
+        self.metrics_listener = Some(listener);
+        self.bufs.uncounted = false;
+        Ok(())
     }
 
     /// A handle another thread can use to make the loop call [`Background::step`].
@@ -366,14 +476,21 @@ impl<A: App> Server<A> {
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_more = true,
+                    METRICS_LISTENER => self.accept_metrics = true,
                     SIGNAL => self.start_drain(now),
-                    WAKER => background.step(),
+                    WAKER => {
+                        self.take_completions(now);
+                        background.step();
+                    }
                     Token(key) => self.on_event(key, ev, now),
                 }
             }
             self.turn(now);
             if self.accept_more && self.accept_retry_at.is_none_or(|t| now >= t) {
-                self.accept(now);
+                self.accept(now, Role::App);
+            }
+            if self.accept_metrics {
+                self.accept(now, Role::Metrics);
             }
             if background.wants_cpu() {
                 background.step();
@@ -437,12 +554,25 @@ impl<A: App> Server<A> {
             return; // gone, or the client still has not taken its answers
         }
         let c = &mut self.conns[key];
-        if c.close_after_flush {
+        if c.close_after_flush || c.awaiting {
             return;
         }
+        self.bufs.ticket = Ticket {
+            key,
+            generation: c.generation,
+        };
+        // The metrics listener's connections get a snapshot of the counts, taken only for them.
+        let mut metrics = (c.role == Role::Metrics).then(|| MetricsApp {
+            counters: self.bufs.counters.clone(),
+            latency: self.bufs.latency.clone(),
+            index: self.app.index(),
+        });
+        let (limits, bufs) = (&self.limits, &mut self.bufs);
         let mut next = if c.paused {
-            c.http
-                .resume(now, &self.limits, &mut self.app, &mut self.bufs)
+            match &mut metrics {
+                Some(m) => c.http.resume(now, limits, m, bufs),
+                None => c.http.resume(now, limits, &mut self.app, bufs),
+            }
         } else if c.readable {
             let n = match c.stream.read(&mut self.read_buf) {
                 Ok(0) => return self.peer_closed(key),
@@ -461,24 +591,52 @@ impl<A: App> Server<A> {
             // raises a new event, so another read would only say WouldBlock. After a FIN no
             // edge comes again: read on to the EOF.
             c.readable = n == self.read_buf.len() || c.fin_seen;
-            c.http.receive(
-                &self.read_buf[..n],
-                now,
-                &self.limits,
-                &mut self.app,
-                &mut self.bufs,
-            )
+            let input = &self.read_buf[..n];
+            match &mut metrics {
+                Some(m) => c.http.receive(input, now, limits, m, bufs),
+                None => c.http.receive(input, now, limits, &mut self.app, bufs),
+            }
         } else {
             return;
         };
+        self.after_protocol(key, &mut next, now);
+    }
+
+    /// What the protocol said of a connection: paused, awaiting, or done once the client closed.
+    fn after_protocol(&mut self, key: usize, next: &mut Next, now: Instant) {
         let c = &mut self.conns[key];
-        c.paused = next == Next::Pause;
-        if c.peer_closed && next == Next::Read {
+        c.paused = *next == Next::Pause;
+        c.awaiting = *next == Next::Await;
+        if c.peer_closed && *next == Next::Read {
             // Every request the client sent before closing its side is answered.
-            next = Next::Close;
+            *next = Next::Close;
         }
-        if self.send(key, next, now) {
+        if self.send(key, *next, now) {
             self.account(key, now);
+        }
+    }
+
+    /// Writes the promised answers handed back since the last wake-up, each to its connection
+    /// if it is still the one that asked, then serves on.
+    fn take_completions(&mut self, now: Instant) {
+        let done = std::mem::take(&mut *self.completed.lock().unwrap_or_else(|e| e.into_inner()));
+        for (ticket, answer) in done {
+            let Some(c) = self.conns.get_mut(ticket.key) else {
+                continue;
+            };
+            if c.generation != ticket.generation || !c.awaiting {
+                continue; // that connection ended, or was turned away meanwhile
+            }
+            self.bufs.ticket = ticket;
+            let mut next =
+                c.http
+                    .complete(&answer, now, &self.limits, &mut self.app, &mut self.bufs);
+            self.after_protocol(ticket.key, &mut next, now);
+            if let Some(c) = self.conns.get_mut(ticket.key) {
+                if c.wants_turn() {
+                    queue(&mut self.turns, ticket.key, c);
+                }
+            }
         }
     }
 
@@ -528,15 +686,25 @@ impl<A: App> Server<A> {
         }
     }
 
-    fn accept(&mut self, now: Instant) {
+    /// Takes new connections of `role`'s listener (at most [`ACCEPTS_PER_TURN`]).
+    fn accept(&mut self, now: Instant, role: Role) {
         for _ in 0..ACCEPTS_PER_TURN {
-            let Some(listener) = &self.listener else {
-                self.accept_more = false;
+            let listener = match role {
+                Role::App => &self.listener,
+                Role::Metrics => &self.metrics_listener,
+            };
+            let Some(listener) = listener else {
+                self.accept_more &= role != Role::App;
+                self.accept_metrics = false;
                 return;
             };
             let stream = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if role == Role::Metrics {
+                        self.accept_metrics = false;
+                        return;
+                    }
                     (self.accept_more, self.accept_retry_at) = (false, None);
                     self.accept_backoff = ACCEPT_BACKOFF.0;
                     return;
@@ -545,7 +713,12 @@ impl<A: App> Server<A> {
                 Err(e) => {
                     // Out of descriptors, typically: the queued connections stay in the kernel
                     // until a retry after the back-off (the edge-triggered listener would not
-                    // say again that they are there).
+                    // say again that they are there). The metrics listener tries again at the
+                    // next tick.
+                    if role == Role::Metrics {
+                        self.accept_metrics = false;
+                        return;
+                    }
                     if let Some(failures) = self.accept_log.count(now) {
                         warn!(error = %e, failures, retry_ms = self.accept_backoff.as_millis() as u64, "accept failed");
                     }
@@ -564,12 +737,15 @@ impl<A: App> Server<A> {
             }
             if self.counted >= self.limits.max_connections && !self.evict(now) {
                 self.shed(stream, now, Shed::Cap);
-            } else if self.add(stream, now, true).is_some() {
+            } else if self.add(stream, now, true, role).is_some() {
                 self.counted += 1;
             }
         }
         // The budget of this turn is spent; the rest waits for the next turn.
-        self.accept_more = true;
+        match role {
+            Role::App => self.accept_more = true,
+            Role::Metrics => self.accept_metrics = true,
+        }
     }
 
     /// At the cap: turns away the counted connection that has delivered nothing for longest, if
@@ -608,7 +784,7 @@ impl<A: App> Server<A> {
             self.shedding += 1;
         }
         c.http = http1::Conn::new(now);
-        c.paused = false;
+        (c.paused, c.awaiting) = (false, false);
         self.bufs.answer_final(&why.response());
         if self.send(key, Next::Close, now) {
             self.account(key, now);
@@ -629,7 +805,13 @@ impl<A: App> Server<A> {
     }
 
     /// Registers a connection; a registration failure drops it.
-    fn add(&mut self, mut stream: Stream, now: Instant, counted: bool) -> Option<usize> {
+    fn add(
+        &mut self,
+        mut stream: Stream,
+        now: Instant,
+        counted: bool,
+        role: Role,
+    ) -> Option<usize> {
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         if let Err(e) = self
@@ -640,8 +822,12 @@ impl<A: App> Server<A> {
             warn!(error = %e, "cannot register a connection");
             return None;
         }
+        self.generation += 1;
         entry.insert(Connection {
             stream,
+            role,
+            generation: self.generation,
+            awaiting: false,
             http: http1::Conn::new(now),
             backlog: Vec::new(),
             backlog_since: None,
@@ -672,7 +858,7 @@ impl<A: App> Server<A> {
         if self.shedding >= self.limits.max_shedding {
             return; // dropped: closed without lingering
         }
-        if let Some(key) = self.add(stream, now, false) {
+        if let Some(key) = self.add(stream, now, false, Role::App) {
             self.conns[key].linger_until = Some(now + LINGER);
             self.shedding += 1;
         }
@@ -809,6 +995,7 @@ impl<A: App> Server<A> {
     /// Deadlines: lingering closes, answers not taken in time, the protocol's head and body
     /// timeouts.
     fn on_tick(&mut self, now: Instant) {
+        self.accept_metrics |= self.metrics_listener.is_some();
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             let c = &mut self.conns[key];
@@ -844,7 +1031,10 @@ impl<A: App> Server<A> {
         info!("signal received: draining");
         self.drain_until = Some(now + self.limits.drain);
         self.ready.set(false);
-        if let Some(l) = self.listener.take() {
+        for l in [self.listener.take(), self.metrics_listener.take()]
+            .into_iter()
+            .flatten()
+        {
             l.close(self.poll.registry());
         }
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
@@ -857,6 +1047,31 @@ impl<A: App> Server<A> {
             let next = c.http.finish();
             self.send(key, next, now);
         }
+    }
+}
+
+/// What the metrics listener's connections are answered by: `GET /metrics` with a snapshot of
+/// the counts, 404 for anything else.
+struct MetricsApp<'a> {
+    counters: Counters,
+    latency: Latency,
+    index: Cow<'a, [index_pack::format::Identity]>,
+}
+
+impl App for MetricsApp<'_> {
+    fn answer(&mut self, req: &Request<'_>, _ticket: Ticket) -> Answer {
+        let path = req.target.split_once('?').map_or(req.target, |(p, _)| p);
+        if !matches!((req.method, path), ("GET" | "HEAD", METRICS_PATH)) {
+            return Answer::Now(Response::not_found());
+        }
+        let mut text = self.counters.prometheus(&self.index);
+        let label = function::metrics::index_label(&self.index);
+        self.latency.prometheus(&label, &mut text);
+        Answer::Now(Response {
+            content_type: PROMETHEUS_TEXT,
+            body: Cow::Owned(text),
+            ..Response::metrics()
+        })
     }
 }
 
@@ -886,7 +1101,7 @@ fn write_some(stream: &mut Stream, buf: &[u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::{Endpoint, NoWork};
+    use crate::{Endpoint, NoWork};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// The first [`FAILING`] accepted connections cannot be set up.

@@ -1,14 +1,36 @@
-//! One server process over the embedded index: its command line, the index's residency, the
-//! warm-up, start and drain. This is the only part of `serve` that needs the embedded index
-//! (feature `embedded-index`).
+//! `local-runner serve`: the contest API, one server process over the embedded index (the
+//! `http-server` crate's event loop): its command line, the index's residency, the warm-up,
+//! start and drain.
+//!
+//! ## Lifecycle
+//! 1. open the index (`--residency`), bind the socket (a stale Unix socket file is removed
+//!    first; the new one is made world-writable so a balancer running as another user can
+//!    connect);
+//! 2. warm up: a helper thread reads every page of the index, then the loop thread runs a few
+//!    hundred varied queries between events; until then `/ready` answers 503, so a balancer
+//!    health check keeps the instance out of rotation (requests that still arrive are answered);
+//! 3. serve; on SIGTERM or SIGINT stop accepting (the socket file is removed), `/ready` says
+//!    503, idle connections close at once and busy ones after their current answer; exit 0 when
+//!    none is left, or after `--drain-ms` anyway.
+//!
+//! ## Index residency (`--residency`, default `lazy`; the contest stack uses `hugepages`)
+//! `lazy` reads the index in place (zero-copy); warm-up reads every page before `/ready` says
+//! 200. `hugepages` instead copies it, before the bind, into anonymous memory backed by 2 MiB
+//! transparent huge pages (the binary's file pages are released as the copy goes, so the
+//! container is charged the artifact once, not twice). Between two requests of a served API the other
+//! processes evict its caches and TLB, and with 4 KiB pages a search's page walks are a large
+//! part of its cost (perf: its prefetch instructions stall on them). In full replica runs
+//! alternated with `lazy`, the API's CPU per request was 84 and 83 us against 86 and 94 us
+//! (docs/results/2026-11-30-api-cpu-levers.md), so docker-compose.yml asks for `hugepages`;
+//! `lazy` stays the binary's default for the fastest start (Lambda's init, `verify`).
+//! `docker/experiments/residency-lazy.yml` repeats the comparison.
 
 mod warmup;
 
-use super::answer::{NoWork, ReadyFlag, Scoring};
-use super::config::{Endpoint, Limits};
-use super::listener::{self, Listener};
-use super::server::Server;
 use anyhow::{Context, Result};
+use http_server::listener::Listener;
+use http_server::server::fit_open_files;
+use http_server::{Endpoint, Limits, NoWork, ReadyFlag, Scoring, Server};
 use index_pack::format::Identity;
 use std::time::{Duration, Instant};
 use tracing::info;
@@ -75,22 +97,11 @@ pub struct ServeArgs {
     /// the directory `deltas` beside the binary, if there is one.
     #[arg(long, env = "FRAUD_DELTAS")]
     pub deltas: Option<std::ffi::OsString>,
-    /// `on`: count every answer and serve the counts at `GET /metrics` (Prometheus text);
-    /// `off`: neither (the route is then a 404).
-    #[arg(long, env = "FRAUD_METRICS", default_value = "on", value_parser = ["on", "off"])]
-    pub metrics: String,
-    /// A front over shards instead of the embedded index: the shard functions, in shard order,
-    /// comma-separated (`NAME`, an ARN, or `ENDPOINT#NAME` for an emulator, e.g.
-    /// `http://127.0.0.1:9001#function`), invoked through the Lambda Invoke API in parallel and
-    /// merged exactly (`fan-out`). One request is fanned out at a time per process.
-    #[cfg(feature = "shards")]
-    #[arg(long, env = "FRAUD_SHARDS", value_delimiter = ',')]
-    pub shards: Vec<String>,
-    /// With `--shards`: how long each shard may take (502 naming a shard that fails, 504 one
-    /// that does not answer in time).
-    #[cfg(feature = "shards")]
-    #[arg(long, env = "FRAUD_SHARD_TIMEOUT_MS", default_value_t = 1000)]
-    pub shard_timeout_ms: u64,
+    /// Where to serve `GET /metrics` (Prometheus text: decisions, refusals, the request-duration
+    /// histogram), apart from `--listen`: `HOST:PORT` or `unix:/path`. Unset: nothing is
+    /// counted and no metrics are served (the public listener never serves them).
+    #[arg(long, env = "FRAUD_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
 }
 
 impl From<&ServeArgs> for Limits {
@@ -104,7 +115,7 @@ impl From<&ServeArgs> for Limits {
             max_unsent_bytes: a.max_unsent_bytes.max(1),
             max_requests_per_turn: a.max_requests_per_turn.max(1),
             memory_budget: a.memory_budget_mb << 20,
-            max_shedding: super::server::MAX_SHEDDING,
+            max_shedding: http_server::server::MAX_SHEDDING,
             drain: Duration::from_millis(a.drain_ms),
             spin: Duration::from_micros(a.spin_us),
         }
@@ -114,21 +125,21 @@ impl From<&ServeArgs> for Limits {
 /// Entry point of `local-runner serve`: serves until SIGTERM or SIGINT, then drains and exits.
 pub fn run(args: ServeArgs) -> Result<()> {
     let endpoint: Endpoint = args.listen.parse()?;
-    let limits = fit_descriptors(Limits::from(&args))?;
+    let metrics: Option<Endpoint> = args.metrics_listen.as_deref().map(str::parse).transpose()?;
+    let limits = fit_open_files(Limits::from(&args))?;
     let ready = ReadyFlag::default();
     if args.no_work {
         ready.set(true);
         let mut server = Server::new(Listener::bind(&endpoint)?, NoWork, ready, limits)?;
+        if let Some(m) = &metrics {
+            server.serve_metrics(Listener::bind(m)?)?;
+        }
         server.stop_on_signals()?;
         info!(
             ?endpoint,
             "listening; no-work backend (constant answer, no search)"
         );
         return server.run(&mut ());
-    }
-    #[cfg(feature = "shards")]
-    if !args.shards.is_empty() {
-        return front(&args, endpoint, limits, ready);
     }
     if let Some(deltas) = &args.deltas {
         // Read by `function::index::deltas`, once, before any thread starts.
@@ -156,57 +167,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
         delta_references = index[1..].iter().map(|d| d.references as u64).sum::<u64>(),
         "index identity"
     );
-    let metrics = args.metrics == "on";
     let app = Scoring {
         scorer,
         ready: ready.clone(),
-        metrics: metrics.then_some(index),
+        index,
     };
     let mut server = Server::new(Listener::bind(&endpoint)?, app, ready.clone(), limits)?;
-    server.count_answers(metrics);
+    if let Some(m) = &metrics {
+        server.serve_metrics(Listener::bind(m)?)?;
+    }
     server.stop_on_signals()?;
     let mut warmup = Warmup::start(scorer, ready, args.warmup_queries, server.waker()?);
-    info!(?endpoint, ?limits, "listening; warming up");
+    info!(?endpoint, ?metrics, ?limits, "listening; warming up");
     server.run(&mut warmup)?;
     info!("drained; exiting");
     Ok(())
-}
-
-/// `serve --shards`: the handler over the shard functions, no index of its own, ready at once.
-#[cfg(feature = "shards")]
-fn front(args: &ServeArgs, endpoint: Endpoint, limits: Limits, ready: ReadyFlag) -> Result<()> {
-    let shards = args
-        .shards
-        .iter()
-        .map(|s| s.parse().map_err(anyhow::Error::msg))
-        .collect::<Result<Vec<fan_out::ShardTarget>>>()?;
-    let timeout = Duration::from_millis(args.shard_timeout_ms);
-    let fanout: &'static fan_out::Fanout =
-        Box::leak(Box::new(fan_out::Fanout::start(shards, timeout)?));
-    let metrics = args.metrics == "on";
-    let app = Scoring {
-        scorer: function::Scorer::remote(fanout),
-        ready: ready.clone(),
-        metrics: metrics.then(Vec::new),
-    };
-    ready.set(true);
-    let mut server = Server::new(Listener::bind(&endpoint)?, app, ready, limits)?;
-    server.count_answers(metrics);
-    server.stop_on_signals()?;
-    let names: Vec<String> = fanout.shards().iter().map(|s| s.to_string()).collect();
-    info!(?endpoint, shards = %names.join(","), timeout_ms = args.shard_timeout_ms, "listening; front over shards");
-    server.run(&mut ())?;
-    info!("drained; exiting");
-    Ok(())
-}
-
-/// Fits the limits to the process's open-files limits (`server::fit_descriptors`: a clear
-/// error when the connection cap cannot fit), raising the soft limit as far as they need.
-fn fit_descriptors(mut limits: Limits) -> Result<Limits> {
-    let (soft, hard) = listener::open_files_limit()?;
-    if let Some(raised) = super::server::fit_descriptors(&mut limits, soft, hard)? {
-        listener::set_open_files_limit(raised, hard)?;
-        info!(from = soft, to = raised, "raised the open-files limit");
-    }
-    Ok(limits)
 }

@@ -1,14 +1,17 @@
-//! `serve`: the fraud handler over HTTP/1.1 (keep-alive, pipelining), on a Unix socket or a TCP
-//! address, one single-threaded event loop per process.
+//! # http-server: HTTP/1.1 for the scorer and the front, one event loop per process
 //!
-//! This module only moves bytes between sockets and [`function::Scorer::handle`]; every status
-//! and body it sends is built by `function::handler` (so the Lambda and the containers cannot
-//! drift apart). What it decides is when a request cannot be served at all (the whole matrix of
-//! hostile input, with tests, is docs/HOSTILE.md):
+//! The contest API (`local-runner serve`, over the embedded index) and the front over shards
+//! (`fan-out`'s `front serve`) are served by this crate: HTTP/1.1 (keep-alive, pipelining) on
+//! a Unix socket or a TCP address, one single-threaded event loop per process. It only moves
+//! bytes between sockets and an [`App`]; every status and body it sends is built by
+//! `function::handler` (so the Lambda and the containers cannot drift apart). What it decides
+//! is when a request cannot be served at all (the whole matrix of hostile input, with tests,
+//! is docs/HOSTILE.md):
 //!
 //! | situation                                                  | answer |
 //! |------------------------------------------------------------|--------|
 //! | `GET`/`HEAD /ready` before warm-up finished or while draining | 503 `{"ready":false}` |
+//! | `GET /metrics`                                             | 404 here: served on the metrics listener only ([`Server::serve_metrics`]) |
 //! | malformed request line, header or framing                  | 400 `{"error":"bad request: …"}`, then close |
 //! | head over 16 KiB or over 100 header fields                 | 431 `{"error":"request head too large"}`, then close |
 //! | body longer than `--max-body-bytes`                        | 413 `{"error":"body too large"}`, then close |
@@ -24,6 +27,13 @@
 //! Every complete request before a refused one on the same connection gets its own answer
 //! first, and a client that half-closes after its request still gets the answer.
 //!
+//! **Answers now or later.** An [`App`] answers a request at once ([`Answer::Now`]: the
+//! scorer, whose search takes microseconds) or promises an answer ([`Answer::Later`]: the front,
+//! whose shards answer over the network). A promised answer comes back through
+//! [`Completions`] from any thread, which wakes the loop; meanwhile the loop serves every other
+//! connection, `/ready` and new connections. The connection's later pipelined requests wait
+//! for it (answers go out in order), and none of the client's deadlines runs while it waits.
+//!
 //! ## Shape (why one thread, why not hyper)
 //! The contest gives each API 0.3 CPU (a CFS quota): a second thread would only add scheduling
 //! and cross-thread wake-ups, and the search keeps its scratch in a `thread_local`. The loop is
@@ -35,40 +45,20 @@
 //! drops the answers of pipelined requests before one (docs/FUZZING.md, "What fuzzing found").
 //!
 //! Modules: [`config`] (listen address, limits), [`listener`] (sockets), [`http1`] (the protocol
-//! for one connection, without I/O), [`answer`] (the app behind it and the readiness flag),
-//! [`server`] (the event loop: connection cap, deadlines, drain), and `instance` (the process:
-//! command line, index residency, warm-up; the only part that needs the embedded index).
-//!
-//! ## Lifecycle
-//! 1. open the index (`--residency`), bind the socket (a stale Unix socket file is removed
-//!    first; the new one is made world-writable so a balancer running as another user can
-//!    connect);
-//! 2. warm up: a helper thread reads every page of the index, then the loop thread runs a few
-//!    hundred varied queries between events; until then `/ready` answers 503, so a balancer
-//!    health check keeps the instance out of rotation (requests that still arrive are answered);
-//! 3. serve; on SIGTERM or SIGINT stop accepting (the socket file is removed), `/ready` says
-//!    503, idle connections close at once and busy ones after their current answer; exit 0 when
-//!    none is left, or after `--drain-ms` anyway.
-//!
-//! ## Index residency (`--residency`, default `lazy`; the contest stack uses `hugepages`)
-//! `lazy` reads the index in place (zero-copy); warm-up reads every page before `/ready` says
-//! 200. `hugepages` instead copies it, before the bind, into anonymous memory backed by 2 MiB
-//! transparent huge pages (the binary's file pages are released as the copy goes, so the
-//! container is charged the artifact once, not twice). Between two requests of a served API the other
-//! processes evict its caches and TLB, and with 4 KiB pages a search's page walks are a large
-//! part of its cost (perf: its prefetch instructions stall on them). In full replica runs
-//! alternated with `lazy`, the API's CPU per request was 84 and 83 us against 86 and 94 us
-//! (docs/results/2026-11-30-api-cpu-levers.md), so docker-compose.yml asks for `hugepages`;
-//! `lazy` stays the binary's default for the fastest start (Lambda's init, `verify`).
-//! `docker/experiments/residency-lazy.yml` repeats the comparison.
+//! for one connection, without I/O), [`answer`] (the apps: the scorer, the no-work backend, the
+//! readiness flag), [`server`] (the event loop: connection cap, deadlines, drain, promised
+//! answers, the metrics listener) and [`latency`] (the request-duration histogram the metrics
+//! listener publishes beside the decisions).
 
 pub mod answer;
 pub mod config;
 pub mod http1;
-#[cfg(feature = "embedded-index")]
-pub mod instance;
+pub mod latency;
 pub mod listener;
 pub mod server;
 
 pub use answer::{NoWork, ReadyFlag, Scoring};
 pub use config::{Endpoint, Limits};
+pub use http1::{Answer, App, Ticket};
+pub use mio::Waker;
+pub use server::{Background, Completions, Server};
