@@ -1156,6 +1156,71 @@ mod tests {
         );
     }
 
+    /// Answers `/fraud-score` from another thread after [`SLOW`]; everything else at once.
+    struct Slow(Completions);
+
+    const SLOW: Duration = Duration::from_millis(300);
+
+    impl App for Slow {
+        fn answer(&mut self, req: &Request<'_>, ticket: Ticket) -> Answer {
+            if req.target != "/fraud-score" {
+                return Answer::Now(Response::constant());
+            }
+            let done = self.0.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(SLOW);
+                done.complete(ticket, Response::constant());
+            });
+            Answer::Later
+        }
+    }
+
+    /// While promised answers wait, the loop serves everyone else: ten slow requests sent at
+    /// once are answered together, a little after one wait, and `/ready` and new connections
+    /// meanwhile at once.
+    #[test]
+    fn promised_answers_wait_in_parallel_and_block_nothing() {
+        use std::io::{BufRead, BufReader};
+        let path = std::env::temp_dir().join(format!("slow-{}.sock", std::process::id()));
+        let endpoint = Endpoint::Unix(path.clone());
+        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let ready = ReadyFlag::default();
+            ready.set(true);
+            let listener = Listener::bind(&endpoint).unwrap();
+            let mut server =
+                Server::new_with(listener, ready, Limits::default(), Slow).unwrap();
+            bound_tx.send(()).unwrap();
+            server.run(&mut ()).unwrap();
+        });
+        bound_rx.recv().unwrap();
+        let ask = |target: &str| {
+            let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let head = format!("POST {target} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+            s.write_all(head.as_bytes()).unwrap();
+            s
+        };
+        let status = |s: std::os::unix::net::UnixStream| {
+            let mut line = String::new();
+            BufReader::new(s).read_line(&mut line).unwrap();
+            line
+        };
+        let t = Instant::now();
+        let slow: Vec<_> = (0..10).map(|_| ask("/fraud-score")).collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let r = Instant::now();
+        assert_eq!(status(ask("/ready")), "HTTP/1.1 200 OK\r\n");
+        let ready_took = r.elapsed();
+        for s in slow {
+            assert_eq!(status(s), "HTTP/1.1 200 OK\r\n");
+        }
+        let all_took = t.elapsed();
+        let _ = std::fs::remove_file(&path);
+        assert!(ready_took < Duration::from_millis(10), "/ready took {ready_took:?}");
+        assert!(all_took < SLOW * 2, "ten slow answers took {all_took:?}");
+    }
+
     #[test]
     fn the_descriptors_fit_the_connection_cap_or_the_server_does_not_start() {
         let limits = |max_connections| Limits {

@@ -710,3 +710,68 @@ fn conformance() {
         }
     }
 }
+
+/// Promises every `/fraud-score` answer ([`Answer::Later`]) and answers the rest at once.
+struct Promising {
+    promised: Vec<(Ticket, String)>,
+}
+
+impl App for Promising {
+    fn answer(&mut self, req: &Request<'_>, ticket: Ticket) -> Answer {
+        if req.target == "/fraud-score" {
+            self.promised.push((ticket, echo(req).body.into_owned()));
+            return Answer::Later;
+        }
+        Answer::Now(echo(req))
+    }
+}
+
+fn body_response(body: String) -> Response {
+    Response {
+        body: Cow::Owned(body),
+        ..echo(&Request::new("GET", "/", b""))
+    }
+}
+
+/// A promised answer holds the connection: the requests pipelined after it wait (answers go
+/// out in order), no deadline of the client's runs meanwhile, and once it completes the rest
+/// is answered; a completion without a promise (a reset connection) writes nothing.
+#[test]
+fn a_promised_answer_keeps_the_order_and_stops_the_client_s_clock() {
+    let t0 = Instant::now();
+    let (l, mut bufs) = (limits(), Buffers::default());
+    let mut app = Promising { promised: vec![] };
+    let mut c = Conn::new(t0);
+    let pipelined = post("/fraud-score", "{\"a\":1}") + &get("/ready") + &get("/other");
+    assert_eq!(c.receive(pipelined.as_bytes(), t0, &l, &mut app, &mut bufs), Next::Await);
+    assert!(bufs.out.is_empty() && !c.is_idle());
+    assert_eq!(app.promised.len(), 1);
+    // Long past every deadline: nothing happens to a connection waiting for its server.
+    let late = t0 + Duration::from_secs(60);
+    assert_eq!(c.tick(late, &l, &mut bufs), Next::Await);
+    let (_, body) = app.promised.pop().unwrap();
+    let next = c.complete(&body_response(body.clone()), late, &l, &mut app, &mut bufs);
+    assert_eq!(next, Next::Read);
+    let out = String::from_utf8(std::mem::take(&mut bufs.out)).unwrap();
+    let want = answer(&body, "")
+        + &answer("GET /ready [] ", "")
+        + &answer("GET /other [] ", "");
+    assert_eq!(out, want);
+    assert!(c.is_idle());
+    // Nothing promised: a late completion is dropped.
+    let next = c.complete(&body_response("x".into()), late, &l, &mut app, &mut bufs);
+    assert_eq!((next, bufs.out.len()), (Next::Read, 0));
+    // Asked to finish while waiting: the promised answer is the last, and says close.
+    let mut c = Conn::new(t0);
+    c.receive(post("/fraud-score", "{}").as_bytes(), t0, &l, &mut app, &mut bufs);
+    assert_eq!(c.finish(), Next::Await);
+    let (_, body) = app.promised.pop().unwrap();
+    let next = c.complete(&body_response(body.clone()), t0, &l, &mut app, &mut bufs);
+    assert_eq!(next, Next::Close);
+    let out = String::from_utf8(std::mem::take(&mut bufs.out)).unwrap();
+    assert_eq!(out, answer(&body, "connection: close\r\n"));
+}
+
+fn get(target: &str) -> String {
+    format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n")
+}
