@@ -1188,8 +1188,7 @@ mod tests {
             let ready = ReadyFlag::default();
             ready.set(true);
             let listener = Listener::bind(&endpoint).unwrap();
-            let mut server =
-                Server::new_with(listener, ready, Limits::default(), Slow).unwrap();
+            let mut server = Server::new_with(listener, ready, Limits::default(), Slow).unwrap();
             bound_tx.send(()).unwrap();
             server.run(&mut ()).unwrap();
         });
@@ -1217,7 +1216,10 @@ mod tests {
         }
         let all_took = t.elapsed();
         let _ = std::fs::remove_file(&path);
-        assert!(ready_took < Duration::from_millis(10), "/ready took {ready_took:?}");
+        assert!(
+            ready_took < Duration::from_millis(10),
+            "/ready took {ready_took:?}"
+        );
         assert!(all_took < SLOW * 2, "ten slow answers took {all_took:?}");
     }
 

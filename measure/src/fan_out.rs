@@ -87,7 +87,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut rows = Vec::new();
     for &s in &a.counts {
-        let dirs = shards::prepare(&a.references, s)?;
+        let dirs = shards::prepare(&a.references, s, &util::xtask_dir("shards")?)?;
         let mut row = Row { shards: s, ..Row::default() };
         for i in 0..a.cold.max(1) {
             let running = shards::serve(&dirs, &listen)?;

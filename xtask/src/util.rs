@@ -213,6 +213,51 @@ pub fn wait_200(what: &str, url: &str, limit: Duration) -> Result<()> {
     })
 }
 
+/// One request of a keep-alive HTTP/1.1 connection: its head's lines (the request line first)
+/// and its body (by `content-length`); `None` once the client closed it.
+pub type Request = (Vec<String>, Vec<u8>);
+
+/// A stand-in HTTP server on loopback for the tests of clients (the AWS SDK's): every
+/// connection on a thread of its own, each request answered by `answer` with a status line's
+/// tail and a body (`None`: the connection is dropped without an answer).
+pub fn stand_in<F>(answer: F) -> Result<SocketAddr>
+where
+    F: Fn(&Request) -> Option<(String, Vec<u8>)> + Send + Sync + 'static,
+{
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let (addr, answer) = (listener.local_addr()?, std::sync::Arc::new(answer));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let answer = answer.clone();
+            std::thread::spawn(move || -> Option<()> {
+                let (mut reader, mut writer) = (BufReader::new(stream.try_clone().ok()?), stream);
+                loop {
+                    let lines = reader.by_ref().lines().map_while(Result::ok);
+                    let head: Vec<String> = lines.take_while(|l| !l.is_empty()).collect();
+                    let length =
+                        head.iter().filter_map(|l| l.split_once(':')).find_map(|(k, v)| {
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        });
+                    let mut body = vec![0; length.unwrap_or(0)];
+                    reader.read_exact(&mut body).ok().filter(|_| !head.is_empty())?;
+                    let (status, out) = answer(&(head, body))?;
+                    let head = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", out.len());
+                    writer.write_all(&[head.as_bytes(), &out].concat()).ok()?;
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The value of header `name` in a request's head.
+pub fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
+    let mut all = head.iter().filter_map(|l| l.split_once(':'));
+    all.find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+}
+
 /// A child process, killed when dropped.
 pub struct Killed(pub duct::Handle);
 
@@ -269,8 +314,11 @@ pub const SHIPPED_RUSTFLAGS: &str = "-C target-cpu=haswell -C target-feature=+cr
     -C lto=fat -C embed-bitcode=yes -C codegen-units=1 -C strip=symbols";
 
 /// clippy's lints (`-D warnings`) on the workspace crates of a real build: no `cargo clippy` run.
+/// Without the `CARGO_MANIFEST_DIR` that `cargo xtask` runs under: ring's build script reruns
+/// when it changes, and a cargo run by hand would then rebuild the TLS stack.
 pub fn linted(e: duct::Expression) -> duct::Expression {
-    e.env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
+    e.env_remove("CARGO_MANIFEST_DIR")
+        .env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
         .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 }
 

@@ -743,7 +743,10 @@ fn a_promised_answer_keeps_the_order_and_stops_the_client_s_clock() {
     let mut app = Promising { promised: vec![] };
     let mut c = Conn::new(t0);
     let pipelined = post("/fraud-score", "{\"a\":1}") + &get("/ready") + &get("/other");
-    assert_eq!(c.receive(pipelined.as_bytes(), t0, &l, &mut app, &mut bufs), Next::Await);
+    assert_eq!(
+        c.receive(pipelined.as_bytes(), t0, &l, &mut app, &mut bufs),
+        Next::Await
+    );
     assert!(bufs.out.is_empty() && !c.is_idle());
     assert_eq!(app.promised.len(), 1);
     // Long past every deadline: nothing happens to a connection waiting for its server.
@@ -753,9 +756,7 @@ fn a_promised_answer_keeps_the_order_and_stops_the_client_s_clock() {
     let next = c.complete(&body_response(body.clone()), late, &l, &mut app, &mut bufs);
     assert_eq!(next, Next::Read);
     let out = String::from_utf8(std::mem::take(&mut bufs.out)).unwrap();
-    let want = answer(&body, "")
-        + &answer("GET /ready [] ", "")
-        + &answer("GET /other [] ", "");
+    let want = answer(&body, "") + &answer("GET /ready [] ", "") + &answer("GET /other [] ", "");
     assert_eq!(out, want);
     assert!(c.is_idle());
     // Nothing promised: a late completion is dropped.
@@ -763,7 +764,13 @@ fn a_promised_answer_keeps_the_order_and_stops_the_client_s_clock() {
     assert_eq!((next, bufs.out.len()), (Next::Read, 0));
     // Asked to finish while waiting: the promised answer is the last, and says close.
     let mut c = Conn::new(t0);
-    c.receive(post("/fraud-score", "{}").as_bytes(), t0, &l, &mut app, &mut bufs);
+    c.receive(
+        post("/fraud-score", "{}").as_bytes(),
+        t0,
+        &l,
+        &mut app,
+        &mut bufs,
+    );
     assert_eq!(c.finish(), Next::Await);
     let (_, body) = app.promised.pop().unwrap();
     let next = c.complete(&body_response(body.clone()), t0, &l, &mut app, &mut bufs);

@@ -1,6 +1,9 @@
 //! `cargo xtask shards` (docs/SCALING.md, "Past one function"): a set split into S shards, each
 //! shard's `bootstrap` (role `shard`) under AWS's emulator (the Invoke API's real path), and
-//! `front serve` in front, until stopped (`--check`: the public set, then stop).
+//! `front serve` in front, until stopped (`--check`: the public set, then stop); `--faults`, CI's
+//! fault injection ([`faults`]).
+
+pub mod faults;
 
 use crate::lambda::emulator::{Emulator, Settings, INVOKE};
 use crate::lambda::{package, sam::Tools};
@@ -21,6 +24,10 @@ pub struct Args {
     /// (the contest's references only).
     #[arg(long)]
     check: bool,
+    /// Instead: a small synthetic set in `--count` shards, each behind a fault proxy, every fault
+    /// made at shard 1 in turn, then the deployment hook through the front (CI).
+    #[arg(long, conflicts_with = "check")]
+    faults: bool,
 }
 
 /// The shards served and their front: stopped (every process killed) when dropped, front first.
@@ -29,9 +36,10 @@ pub struct Running {
     pub shards: Vec<Emulator>,
 }
 
-/// Splits `references` into `count` shards, each with its bootstrap; their directories, in order.
-pub fn prepare(references: &Path, count: u32) -> Result<Vec<PathBuf>> {
-    let dir = util::xtask_dir("shards")?.join(count.to_string());
+/// Splits `references` into `count` shards under `dir`, each with its bootstrap; their
+/// directories, in order.
+pub fn prepare(references: &Path, count: u32, dir: &Path) -> Result<Vec<PathBuf>> {
+    let dir = dir.join(count.to_string());
     log!("shards: {} split in {count}", references.display());
     let words = format!("split --count {count} --accept-any-references");
     let paths = [("--references", references), ("--output-dir", dir.as_path())];
@@ -71,7 +79,11 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (t, running) = (Instant::now(), serve(&prepare(&a.references, a.count)?, &a.listen)?);
+    if a.faults {
+        return faults::run(a.count);
+    }
+    let dirs = prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
+    let (t, running) = (Instant::now(), serve(&dirs, &a.listen)?);
     if !a.check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.0.wait();
