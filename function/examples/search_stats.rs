@@ -8,6 +8,8 @@
 //! (`EVICT_KB=8192` walks 8 MiB of other memory before each query: cold caches, as when served.)
 //! (`JSON=1` ends with one JSON line of the figures: `cargo measure scale` reads it.)
 //! (`DELTA_FILE=path` searches a delta with the index it extends: what a delta costs.)
+//! (`CLAMPED=1` searches with the clamped kernels, those of an index only opened, instead of
+//! the plain ones the request path takes over a checked index: what that safety costs.)
 
 use function::search::{SearchParams, Searcher};
 use function::{payload, vector};
@@ -59,23 +61,23 @@ fn main() {
         .iter()
         .map(|b| index_pack::format::open_with_footer(b).unwrap())
         .collect();
-    let searcher = match (&file, deltas.is_empty()) {
-        (_, true) => Searcher::new(idx, params),
-        (Some(bytes), false) => Searcher::new(idx, params)
-            .with_deltas(
-                index_pack::format::Footer::read(bytes).unwrap(),
-                &deltas,
-                index_pack::format::Serving::WholeSet,
-            )
-            .unwrap(),
-        (None, false) => Searcher::new(idx, params)
-            .with_deltas(
-                function::index::footer().unwrap(),
-                &deltas,
-                index_pack::format::Serving::WholeSet,
-            )
-            .unwrap(),
+    // The kernels the request path takes: plain over a checked index (a file read here is
+    // checked in full; the embedded one by its build, or once the residency read it).
+    let opened = Searcher::new(idx, params);
+    let searcher = match (&file, std::env::var_os("CLAMPED").is_some()) {
+        (_, true) => opened,
+        (Some(bytes), false) => opened.trusting(index_pack::format::verify_deep(bytes).unwrap()),
+        (None, false) => match function::index::built_verified().unwrap() {
+            Some(v) => opened.trusting(v),
+            None => opened.trusting_once(function::index::checked()),
+        },
     };
+    let footer = match &file {
+        Some(bytes) => index_pack::format::Footer::read(bytes).unwrap(),
+        None => function::index::footer().unwrap(),
+    };
+    let whole = index_pack::format::Serving::WholeSet;
+    let searcher = searcher.with_deltas(footer, &deltas, whole).unwrap();
     // EVICT_KB=n: walk n KiB of other memory before each timed query, as the cache (and TLB)
     // other processes leave behind between two requests of a served API.
     let mut evict =

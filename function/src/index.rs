@@ -517,6 +517,24 @@ pub fn load(mode: Residency) -> Result<&'static ArchivedIndex, IndexError> {
 /// Set once the bytes the index is served from have been read in full and checked.
 static RESIDENT: AtomicBool = AtomicBool::new(false);
 
+/// The embedded index with the proof its values were checked, where the build gives it: the
+/// `bytes` and `linker` forms are the very artifact the build script verified
+/// (`format::verify_deep`), compiled into this binary's read-only data. The `file` form maps a
+/// file that only its length and footer tie to that artifact: `None` until it is read and
+/// checked here ([`checked`]).
+pub fn built_verified() -> Result<Option<format::Verified<'static>>, IndexError> {
+    #[cfg(not(fraud_index_file))]
+    return Ok(Some(format::Verified::by_the_build(open()?)));
+    #[cfg(fraud_index_file)]
+    Ok(None)
+}
+
+/// Set once the served bytes were read in full and checked in this process (a `Prefault` or
+/// `HugePages` load, or [`prefault`], which a server's warm-up runs).
+pub fn checked() -> &'static AtomicBool {
+    &RESIDENT
+}
+
 /// Reads every page of the embedded artifact and checks its CRC32 and row count; nothing to do
 /// if that was already done (by [`load`] with `Prefault` or `HugePages`, or an earlier call). In
 /// particular this does not fault back the file pages a `HugePages` copy released.

@@ -48,7 +48,7 @@ pub use search::{SearchParams, Searcher};
 #[cfg(feature = "embedded-index")]
 pub fn embedded_scorer() -> Result<Scorer<'static>, index::IndexError> {
     let deltas = index::deltas()?;
-    let searcher = Searcher::new(index::open()?, SearchParams::default()).with_deltas(
+    let searcher = embedded_searcher()?.with_deltas(
         index::footer()?,
         deltas,
         index_pack::format::Serving::WholeSet,
@@ -58,6 +58,17 @@ pub fn embedded_scorer() -> Result<Scorer<'static>, index::IndexError> {
         .map(index_pack::format::Identity::of)
         .collect();
     Ok(Scorer::new(searcher).with_identity(&index::identity()?, &delta_ids))
+}
+
+/// A searcher of the embedded index, with the plain kernels where its values were checked (by
+/// the build, or in this process: [`index::built_verified`]), the clamped ones until then.
+#[cfg(feature = "embedded-index")]
+pub fn embedded_searcher() -> Result<Searcher<'static>, index::IndexError> {
+    let s = Searcher::new(index::open()?, SearchParams::default());
+    Ok(match index::built_verified()? {
+        Some(v) => s.trusting(v),
+        None => s.trusting_once(index::checked()),
+    })
 }
 
 /// The searcher of a shard over the embedded index: a shard's index only, and no deltas (a

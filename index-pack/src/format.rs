@@ -875,7 +875,7 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
 /// - the boxes the search prunes with: each node's child boxes inside the box its parent holds
 ///   for it and, for the exact codec, every row inside its block's box. A box that missed a row
 ///   would make the search skip it.
-pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
+pub fn verify_deep(artifact: &[u8]) -> Result<Verified<'_>, FormatError> {
     verify_checksum(artifact)?;
     let index = open(artifact)?;
     let bad = |m: String| Err(FormatError::Inconsistent(m));
@@ -930,7 +930,32 @@ pub fn verify_deep(artifact: &[u8]) -> Result<(), FormatError> {
             }
         }
     }
-    Ok(())
+    Ok(Verified(index))
+}
+
+/// An index whose every row and box was read and held to the format's invariants
+/// ([`verify_deep`]): every value in its lane's domain, so no distance over it can pass
+/// [`MAX_DISTANCE`]. The search takes its fastest kernels only over such an index.
+#[derive(Clone, Copy)]
+pub struct Verified<'a>(&'a ArchivedIndex);
+
+impl std::fmt::Debug for Verified<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Verified({} references)", self.0.header.n_refs)
+    }
+}
+
+impl<'a> Verified<'a> {
+    pub fn index(self) -> &'a ArchivedIndex {
+        self.0
+    }
+
+    /// The index a build script verified ([`verify_deep`] on the very artifact) and compiled
+    /// into the binary as read-only data (`function`'s `bytes` and `linker` forms): those
+    /// bytes cannot change after the check. Any other index is verified in the process.
+    pub fn by_the_build(index: &'a ArchivedIndex) -> Verified<'a> {
+        Verified(index)
+    }
 }
 
 /// The fixed-point values a lane may hold: dims 5 and 6 (lanes 5 and 6) carry the -1 sentinel,

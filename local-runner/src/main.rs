@@ -80,16 +80,21 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
-/// An artifact file read whole into memory aligned for the archive and checked in full
-/// (`format::verify_deep`).
+/// An artifact file read whole into memory aligned for the archive (each is checked in full
+/// where it is opened: [`checked`], and the deltas').
 fn read_artifact(path: &std::path::Path) -> Result<rkyv::util::AlignedVec<32>> {
     let mut bytes = format::aligned_copy(&[]);
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     std::io::copy(&mut file, &mut bytes)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    format::verify_deep(&bytes).with_context(|| format!("{}", path.display()))?;
     Ok(bytes)
+}
+
+/// A searcher over an artifact read whole, checked in full first: it takes the plain kernels.
+fn checked(bytes: &[u8]) -> Result<Searcher<'_>> {
+    let v = format::verify_deep(bytes)?;
+    Ok(Searcher::new(v.index(), SearchParams::default()).trusting(v))
 }
 
 /// Logs the panic through tracing (and stderr), then aborts the whole process.
@@ -148,36 +153,30 @@ fn main() -> Result<()> {
             let base_bytes = index.as_deref().map(read_artifact).transpose()?;
             let mut opened_deltas = deltas
                 .iter()
-                .map(|b| format::open_with_footer(b))
+                .map(|b| format::verify_deep(b).and_then(|_| format::open_with_footer(b)))
                 .collect::<Result<Vec<_>, _>>()?;
             opened_deltas.sort_by_key(|o| o.index.header.first_position.to_native());
             let target = if !shards.is_empty() {
                 let searchers = shards
                     .iter()
-                    .map(|b| Ok(Searcher::new(format::open(b)?, SearchParams::default())))
+                    .map(|b| checked(b))
                     .collect::<Result<Vec<_>>>()?;
                 neighbours::Target::Shards(function::shard::InProcess(searchers))
             } else {
-                let (idx, footer) = match &base_bytes {
-                    Some(bytes) => {
-                        let o = format::open_with_footer(bytes)?;
-                        (o.index, o.footer)
-                    }
+                let (searcher, footer) = match &base_bytes {
+                    Some(bytes) => (checked(bytes)?, format::Footer::read(bytes)?),
                     #[cfg(feature = "embedded-index")]
-                    None => (
-                        function::index::load(residency)?,
-                        function::index::footer()?,
-                    ),
+                    None => {
+                        function::index::load(residency)?;
+                        (function::embedded_searcher()?, function::index::footer()?)
+                    }
                     #[cfg(not(feature = "embedded-index"))]
                     None => anyhow::bail!(
                         "built without the embedded index: pass --index FILE or --shard FILE"
                     ),
                 };
-                let searcher = Searcher::new(idx, SearchParams::default()).with_deltas(
-                    footer,
-                    &opened_deltas,
-                    format::Serving::WholeSet,
-                )?;
+                let searcher =
+                    searcher.with_deltas(footer, &opened_deltas, format::Serving::WholeSet)?;
                 neighbours::Target::Searcher(searcher)
             };
             eprintln!("{}", target.describe());

@@ -45,6 +45,9 @@ pub fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
         // Pushed to Debian's registry on loopback (started by the step); it removes the local
         // images (pulled back from the registry, retagged).
         ("stack submission", submission),
+        // Faults at one of 3 shards under the emulator, and the sharded rollout's hook. It
+        // rebuilds the workspace's bootstrap around each shard, as the next step does.
+        ("shards faults", "xtask shards --faults"),
         // Last: it rebuilds the workspace's local-runner around a synthetic index.
         ("scale", "xtask scale"),
     ]

@@ -58,12 +58,13 @@ use crate::hint::prefetch;
 use index_pack::codec;
 use index_pack::format::{
     check_composition, clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef,
-    F16Group, Footer, FormatError, I16Group, Opened, Serving, BLOCK_BIT, DIMS, GROUP_ROWS, KEYS,
-    KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
+    F16Group, Footer, FormatError, I16Group, Opened, Serving, Verified, BLOCK_BIT, DIMS,
+    GROUP_ROWS, KEYS, KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
 };
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Neighbours the vote uses.
 pub const K: usize = 5;
@@ -164,6 +165,31 @@ pub struct Searcher<'a> {
     parts: Parts<'a>,
     params: SearchParams,
     simd: Simd,
+    trust: Trust,
+}
+
+/// Which kernels the index's bytes allow (`kernels.rs`): the plain ones only over values read
+/// and checked in full (the base's; deltas are always read whole and checked, `index::deltas`).
+#[derive(Clone, Copy, Debug)]
+enum Trust {
+    /// `index_pack::format::Verified`: plain kernels.
+    Verified,
+    /// Only opened: clamped kernels, safe on any bytes.
+    Opened,
+    /// Clamped until the flag says the bytes were checked (a lazily mapped index whose pages a
+    /// warm-up reads and checks), plain after.
+    Once(&'static AtomicBool),
+}
+
+impl Trust {
+    #[inline(always)]
+    fn plain(self) -> bool {
+        match self {
+            Trust::Verified => true,
+            Trust::Opened => false,
+            Trust::Once(flag) => flag.load(Ordering::Acquire),
+        }
+    }
 }
 
 /// The indexes one search walks: a base and the deltas after it, checked to compose one
@@ -201,12 +227,8 @@ impl<'a> Searcher<'a> {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = Avx2::new() {
             return Searcher {
-                parts: Parts {
-                    base: index,
-                    deltas: &[],
-                },
-                params,
                 simd: Simd::Avx2(k),
+                ..Searcher::scalar(index, params)
             };
         }
         Searcher::scalar(index, params)
@@ -221,6 +243,29 @@ impl<'a> Searcher<'a> {
             },
             params,
             simd: Simd::Scalar,
+            trust: Trust::Opened,
+        }
+    }
+
+    /// The same searcher with the plain kernels: its index's values were all checked.
+    /// Panics if `v` is another index than this searcher's.
+    pub fn trusting(self, v: Verified<'a>) -> Searcher<'a> {
+        assert!(
+            std::ptr::eq(v.index(), self.parts.base),
+            "another index was verified"
+        );
+        Searcher {
+            trust: Trust::Verified,
+            ..self
+        }
+    }
+
+    /// The same searcher, with the plain kernels once `checked` is set (by whoever reads and
+    /// checks this index's bytes in full), the clamped ones until then.
+    pub fn trusting_once(self, checked: &'static AtomicBool) -> Searcher<'a> {
+        Searcher {
+            trust: Trust::Once(checked),
+            ..self
         }
     }
 
@@ -334,11 +379,16 @@ impl<'a> Searcher<'a> {
                 replay: self.params.replays(),
                 prefetch: self.params.prefetch,
             };
-            match self.simd {
-                Simd::Scalar => search::<Scalar>(Scalar, self.parts, walk, q, &mut s),
+            let (parts, s_) = (self.parts, &mut *s);
+            match (self.simd, self.trust.plain()) {
+                (Simd::Scalar, false) => search(Scalar::<true>, parts, walk, q, s_),
+                (Simd::Scalar, true) => search(Scalar::<false>, parts, walk, q, s_),
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `k` exists only if the CPU has AVX2, FMA and F16C.
-                Simd::Avx2(k) => unsafe { search_avx2(k, self.parts, walk, q, &mut s) },
+                (Simd::Avx2(k), false) => unsafe { search_avx2(k, parts, walk, q, s_) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above.
+                (Simd::Avx2(k), true) => unsafe { search_avx2(k.plain(), parts, walk, q, s_) },
             }
             f(&mut s)
         })
@@ -366,8 +416,14 @@ struct Walk {
 /// The search compiled with AVX2 enabled, so the kernels inline into its loops.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn search_avx2(k: Avx2, parts: Parts<'_>, walk: Walk, q: &[i16; DIMS], s: &mut Scratch) {
-    search::<Avx2>(k, parts, walk, q, s)
+unsafe fn search_avx2<K: Kernels>(
+    k: K,
+    parts: Parts<'_>,
+    walk: Walk,
+    q: &[i16; DIMS],
+    s: &mut Scratch,
+) {
+    search::<K>(k, parts, walk, q, s)
 }
 
 thread_local! {
@@ -552,7 +608,7 @@ impl Scratch {
 
     fn push(&mut self, p: Pending) {
         // Lower bounds are at most MAX_DISTANCE < 2^31 and never negative (kernels.rs: the
-        // kernels clamp every lane, whatever the index holds).
+        // plain kernels run over checked values only, the clamped ones clamp every lane).
         debug_assert!((0..=MAX_DISTANCE as i32).contains(&p.lower), "{}", p.lower);
         self.heap
             .push(Reverse((p.lower as u64) << 32 | self.pending.len() as u64));

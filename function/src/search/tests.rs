@@ -103,7 +103,17 @@ fn check_query(searcher: &Searcher, refs: &References, oracle: &Oracle, q: &[i16
     assert_eq!(searcher.frauds(q), frauds);
 }
 
+/// Every kind of searcher over a packed (so valid) index: scalar and SIMD, with and without
+/// parking and prefetch, with the clamped kernels and with the plain ones.
 fn searchers(idx: &ArchivedIndex) -> Vec<Searcher<'_>> {
+    let opened = opened_searchers(idx);
+    let verified = format::Verified::by_the_build(idx);
+    let plain = opened.iter().map(|s| s.trusting(verified));
+    plain.chain(opened.clone()).collect()
+}
+
+/// The searchers an index that was only opened gets: the clamped kernels.
+fn opened_searchers(idx: &ArchivedIndex) -> Vec<Searcher<'_>> {
     let mut s = vec![Searcher::scalar(idx, SearchParams::default())];
     for (park, prefetch) in [(true, true), (false, true), (true, false)] {
         let params = SearchParams {
@@ -541,9 +551,14 @@ mod kernels_agree {
             let base = (rng.next() % 300_000_000) as i32;
             let (a, b) = (
                 avx.i16_group(&g[0], &q, base),
-                Scalar.i16_group(&g[0], &q, base),
+                Scalar::<true>.i16_group(&g[0], &q, base),
             );
             assert_eq!(a, b);
+            if draw != Draw::Arbitrary {
+                // In the domain the plain kernels give the same distances.
+                assert_eq!(avx.plain().i16_group(&g[0], &q, base), a);
+                assert_eq!(Scalar::<false>.i16_group(&g[0], &q, base), a);
+            }
             assert!(
                 a.iter()
                     .all(|&d| (base..=base + 1_700_000_000).contains(&d)),
@@ -551,8 +566,16 @@ mod kernels_agree {
             );
             let (a, b) = (
                 avx.f16_group(&h[0], &q, base),
-                Scalar.f16_group(&h[0], &q, base),
+                Scalar::<true>.f16_group(&h[0], &q, base),
             );
+            if draw != Draw::Arbitrary {
+                let plain = avx.plain().f16_group(&h[0], &q, base);
+                let scalar = Scalar::<false>.f16_group(&h[0], &q, base);
+                for r in 0..8 {
+                    assert!((plain[r] - scalar[r]).abs() <= 1, "{plain:?} vs {scalar:?}");
+                    assert!((plain[r] - a[r]).abs() <= 1, "{plain:?} vs {a:?}");
+                }
+            }
             for r in 0..8 {
                 // FMA order is the same; allow one unit of the final conversion.
                 assert!((a[r] - b[r]).abs() <= 1, "{a:?} vs {b:?}");
@@ -574,9 +597,13 @@ mod kernels_agree {
             }
             let (a, b) = (
                 avx.box_lower_bound(&bx, &q),
-                Scalar.box_lower_bound(&bx, &q),
+                Scalar::<true>.box_lower_bound(&bx, &q),
             );
             assert_eq!(a, b);
+            if draw != Draw::Arbitrary {
+                assert_eq!(avx.plain().box_lower_bound(&bx, &q), a);
+                assert_eq!(Scalar::<false>.box_lower_bound(&bx, &q), a);
+            }
             assert!((0..=1_700_000_000).contains(&a), "{a}");
             let mut bg = BoundsGroup {
                 lo: [[0; 16]; PAIRS],
@@ -597,9 +624,13 @@ mod kernels_agree {
             }
             let (a, b) = (
                 avx.boxes_lower_bound(&bg, &q),
-                Scalar.boxes_lower_bound(&bg, &q),
+                Scalar::<true>.boxes_lower_bound(&bg, &q),
             );
             assert_eq!(a, b);
+            if draw != Draw::Arbitrary {
+                assert_eq!(avx.plain().boxes_lower_bound(&bg, &q), a);
+                assert_eq!(Scalar::<false>.boxes_lower_bound(&bg, &q), a);
+            }
             assert!(a.iter().all(|d| (0..=1_700_000_000).contains(d)), "{a:?}");
         }
     }
@@ -617,7 +648,7 @@ mod kernels_agree {
             let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
                 unreachable!()
             };
-            let d = Scalar.i16_group(&g[0], &q, 7);
+            let d = Scalar::<true>.i16_group(&g[0], &q, 7);
             for r in 0..8 {
                 let want: i32 = (0..LANES)
                     .map(|l| (rows[r][l] as i32 - ql[l] as i32).pow(2))
@@ -638,7 +669,7 @@ mod kernels_agree {
                     (bx.lo[l] as i32 - x).max(x - bx.hi[l] as i32).max(0).pow(2)
                 })
                 .sum();
-            assert_eq!(Scalar.box_lower_bound(&bx, &q), want);
+            assert_eq!(Scalar::<true>.box_lower_bound(&bx, &q), want);
         }
     }
 
@@ -653,7 +684,7 @@ mod kernels_agree {
         let Codes::I16(g) = index_pack::codec::encode(CodecKind::I16, &rows) else {
             unreachable!()
         };
-        let d = Scalar.i16_group(&g[0], &q, 0);
+        let d = Scalar::<true>.i16_group(&g[0], &q, 0);
         // Each lane counts at most its span: 9 x 10000^2 + 2 x 20000^2 (lane 11 is padding).
         assert_eq!(d, [1_700_000_000; 8]);
     }
@@ -695,7 +726,7 @@ fn a_damaged_index_that_only_open_accepted_searches_within_bounds() {
     let mut rng = Lcg(6);
     for _ in 0..300 {
         let q = random_vector(&mut rng, false);
-        for s in searchers(idx) {
+        for s in opened_searchers(idx) {
             let got = s.nearest(&q);
             assert!(got.len() == K);
             for n in &got {
