@@ -10,7 +10,8 @@
 set -euo pipefail
 what="${1:-all}"
 
-# apt_install PACKAGE...: installs the Debian packages that are missing, in one apt call.
+# apt_install PACKAGE...: installs the Debian packages that are missing, in one apt call, without
+# the packages they only recommend (Prometheus would bring its node exporter and its own service).
 apt_install() {
     local missing=()
     for p in "$@"; do
@@ -19,8 +20,9 @@ apt_install() {
     [ ${#missing[@]} -gt 0 ] || return 0
     echo "setup: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+    local flags=(-y -qq --no-install-recommends)
+    apt-get install "${flags[@]}" "${missing[@]}" >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install "${flags[@]}" "${missing[@]}" >/dev/null; }
 }
 
 # Build: faiss (compiled by the faiss-sys crate) needs cmake, OpenBLAS and a C++ compiler;
@@ -33,12 +35,15 @@ else
     # gate's generator), Debian's Distribution registry (the submission test's loopback registry;
     # its own service is not wanted: the harness starts one on 127.0.0.1:5000 and stops it);
     # slowhttptest (the attack gate); python3-venv (the Python tools' venvs) and busybox-static
-    # (the stand-in of the Lambda base image).
+    # (the stand-in of the Lambda base image); prometheus (the smoke gate scrapes the APIs with
+    # it; its own service is not wanted either: the harness starts one per run).
     apt_install "${build_packages[@]}" haproxy wrk docker-registry slowhttptest python3-venv \
-        busybox-static
-    if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled docker-registry >/dev/null 2>&1; then
-        systemctl disable --now docker-registry >/dev/null 2>&1 || true
-    fi
+        busybox-static prometheus
+    for service in docker-registry prometheus; do
+        if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled "$service" >/dev/null 2>&1; then
+            systemctl disable --now "$service" >/dev/null 2>&1 || true
+        fi
+    done
 fi
 if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt

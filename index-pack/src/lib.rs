@@ -65,11 +65,14 @@ impl Default for PackOptions {
         // (docs/results/2026-11-30-core.md, "Where the time goes", index format v2). 1024 cells keep both the per-list pass and the rows scanned small; to
         // compare another count: `index-pack build --cells N -o x.idx`, then
         // `INDEX_FILE=x.idx cargo run --release -p function --features embedded-index --example
-        // search_stats`.
+        // search_stats`. 25 k-means iterations rather than 10: better settled cells, whose
+        // trees the vote's tail walks less (the contest's 3M, 3 seeds each: nodes expanded at the
+        // 99th percentile 45-48 against 49-50, docs/results/2026-12-07-vote-path.md), for 2.5x
+        // the k-means phase (seconds at 100M).
         PackOptions {
             codec: CodecKind::I16,
             cells: 1024,
-            kmeans_iters: 10,
+            kmeans_iters: 25,
             kmeans_seed: 1234,
             max_points_per_centroid: 256,
             block_rows: 32,

@@ -339,7 +339,7 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
         log!("round {round}/{}: {}", a.runs, c.name());
-        match load_run(c.name(), &c.compose(&a.common.overrides), &a.shape.env()?) {
+        match load_run(c.name(), &c.compose(&a.common.overrides), &a.shape.env()?, false) {
             Ok(r) => runs.push(r),
             Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }

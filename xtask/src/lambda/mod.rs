@@ -67,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Some(Command::Build { artifacts_dir, front: true, .. }) => {
             let dir = artifacts_dir.unwrap_or_else(|| util::target_dir().join("lambda-front"));
-            let bin = util::build_static_bin("fan-out", "front", Some("fan-out/lambda"))?;
+            let bin = util::build_static_bin("fan-out", "front", None)?;
             package::copy_bootstrap(&bin, &dir)?;
             util::verdict("lambda build", true, &format!("front in {}", dir.display()), &dir)
         }

@@ -37,6 +37,11 @@ pub struct Trend {
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Summary {
     pub requests: u64,
+    /// Frauds denied and legit approved (fraud-test.js only).
+    #[serde(default)]
+    pub tp: u64,
+    #[serde(default)]
+    pub tn: u64,
     pub fp: u64,
     #[serde(rename = "fn")]
     pub fn_: u64,

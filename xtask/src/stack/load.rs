@@ -4,6 +4,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
 use super::probe::{self, haproxy_stat, sample, wait_ready, Monitor, StatRow};
+use super::prometheus::{Observed, Prometheus};
 use super::{check, Common};
 use crate::prelude::*;
 use crate::util::Background;
@@ -202,9 +203,10 @@ pub struct LoadRun {
     pub k6_exit: Option<i32>,
     pub summary: Summary,
     pub containers: Vec<Container>,
-    /// The APIs' `/metrics` after the run (`None`: served none, or not our APIs).
+    /// What Prometheus scraped from the APIs' metrics listeners over the run (the smoke gate's
+    /// runs; `None` for others).
     #[serde(default)]
-    pub metrics: Option<probe::Counted>,
+    pub metrics: Option<Observed>,
     pub problems: Vec<String>,
 }
 
@@ -223,16 +225,18 @@ impl LoadRun {
 }
 
 /// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run also as JSON.
-pub fn load_run(config: &str, compose: &Compose, env: &k6::Env) -> Result<LoadRun> {
+/// With `observe`, Prometheus scrapes the APIs during the run ([`Prometheus`]).
+pub fn load_run(config: &str, compose: &Compose, env: &k6::Env, observe: bool) -> Result<LoadRun> {
     let mode = env.iter().find(|(k, _)| *k == "MODE").map_or("", |(_, v)| v.as_str());
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
+    let prometheus =
+        observe.then(|| Prometheus::start(&s.compose, &s.base.with_extension("prometheus")));
+    let prometheus = prometheus.transpose()?;
     log!("{config}: k6 {mode} run (load {})", s.load_start);
     let k6 = k6::start("fraud-test.js", env, &s.base)?;
     let (status, summary) = k6::finish(&k6, &s.base)?;
     let containers = s.containers()?;
-    let ours = s.compose.external.is_none() && !s.compose.apis.is_empty();
-    let api_metrics = || probe::api_metrics(&s.compose.socket_dir()?, &s.compose.apis);
-    let metrics = ours.then(api_metrics).transpose()?.flatten();
+    let metrics = prometheus.map(|p| p.observed(summary.requests)).transpose()?;
     let Session { mut problems, base, started, load_start: load_before, up, .. } = s;
     drop(up);
     problems.extend(containers.iter().filter_map(Container::trouble));

@@ -10,6 +10,7 @@ pub mod k6;
 pub mod load;
 pub mod overload;
 pub mod probe;
+pub mod prometheus;
 pub mod submission;
 
 use crate::prelude::*;
@@ -98,17 +99,35 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
-            let r = load::load_run("stack", &Compose::stack(&common.overrides), &smoke())?;
-            // The APIs' own counts of what they answered: every request sent, decided.
-            let answered = r.summary.requests - r.summary.errors;
-            let counted = r.metrics.is_some_and(|m| m.decisions == answered && m.rejected == 0);
-            let metrics = r.metrics.map_or("NO /metrics".into(), |m| {
-                let probe::Counted { decisions, approved, rejected, ready } = m;
-                format!("/metrics: {decisions} decisions ({approved} approved), {rejected} refusals, {ready} readiness checks")
-            });
-            let figures =
-                format!("{}, {metrics}, {:.0} s", load::run_figures(&r), t.elapsed().as_secs_f64());
-            util::verdict("stack smoke", r.passed() && counted, &figures, &r)
+            let r = load::load_run("stack", &Compose::stack(&common.overrides), &smoke(), true)?;
+            // What Prometheus scraped of the APIs' own counts: every request k6 sent decided,
+            // approved as often as the labeller approves, and the server's share of the time.
+            let (s, k6_p99) = (&r.summary, r.summary.latency().p99);
+            let m = r.metrics.unwrap_or_default();
+            let problems = util::failed([
+                (m.up != 2, format!("{} of 2 APIs scraped", m.up)),
+                (
+                    m.decisions != s.requests,
+                    format!("{} decisions counted of {} sent", m.decisions, s.requests),
+                ),
+                (
+                    m.approved != s.tn + s.fp,
+                    format!("{} approved where the labeller approves {}", m.approved, s.tn + s.fp),
+                ),
+                (m.refused != 0, format!("{} refusals counted", m.refused)),
+                // The server's time is part of each request's: its p99 cannot pass k6's, but for
+                // the bucket k6's falls in (histogram_quantile interpolates inside a bucket).
+                (
+                    !(m.p99_ms > 0.0 && m.p99_ms <= bucket_above(k6_p99)),
+                    format!("histogram p99 {:.3} ms against k6's {k6_p99:.3} ms", m.p99_ms),
+                ),
+            ]);
+            let rate = 100.0 * m.approved as f64 / m.decisions.max(1) as f64;
+            let figures = format!(
+                "{}; Prometheus: {} decisions, approval rate {rate:.2} %, {} refusals, server p99 {:.3} ms; {:.0} s{}",
+                load::run_figures(&r), m.decisions, m.refused, m.p99_ms, t.elapsed().as_secs_f64(), util::problems_suffix(&problems)
+            );
+            util::verdict("stack smoke", r.passed() && problems.is_empty(), &figures, &r)
         }
         Command::Smoke(_) => Ok(()),
         Command::Chaos(a) => chaos::run(a),
@@ -116,6 +135,12 @@ pub fn run(args: Args) -> Result<()> {
         Command::Attack(a) => attack::run(a),
         Command::Submission(a) => submission::run(a),
     }
+}
+
+/// The upper bound, in ms, of the histogram bucket `ms` falls in (`http_server::latency`'s).
+fn bucket_above(ms: f64) -> f64 {
+    let bounds = http_server::latency::BUCKETS.iter().map(|s| s * 1000.0);
+    bounds.into_iter().find(|b| ms <= *b).unwrap_or(f64::INFINITY)
 }
 
 /// `FRAUD_SKIP_STACK=1` skips a gate loudly (false); otherwise an unusable Docker fails it.

@@ -3,7 +3,6 @@
 
 use super::cgroup::Cgroup;
 use crate::prelude::*;
-use prometheus_parse::Value::{Counter, Untyped};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -39,46 +38,6 @@ pub fn ready_tcp(port: u16, t: Duration) -> Probe {
 /// `GET /ready` on an API's own Unix socket, bypassing HAProxy.
 pub fn ready_unix(path: &Path, t: Duration) -> Probe {
     exchange(UnixStream::connect(path).and_then(|s| s.set_read_timeout(Some(t)).map(|()| s)), READY)
-}
-
-/// What the APIs' `GET /metrics` counted, summed over them (`function::metrics`' names).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Serialize)]
-pub struct Counted {
-    pub decisions: u64,
-    pub approved: u64,
-    pub rejected: u64,
-    pub ready: u64,
-}
-
-/// Each API's `GET /metrics` on its socket, parsed as Prometheus text, summed (`None`: not served).
-pub fn api_metrics(socket_dir: &Path, apis: &[String]) -> Result<Option<Counted>> {
-    let mut sum = Counted::default();
-    for api in apis {
-        let mut s = UnixStream::connect(socket_dir.join(format!("{api}.sock")))?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: xtask\r\nConnection: close\r\n\r\n")?;
-        let answer = std::io::read_to_string(s)?;
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-        if !head.starts_with("HTTP/1.1 200") {
-            return Ok(None);
-        }
-        let lines = body.lines().map(|l| Ok(l.to_string()));
-        let scrape = prometheus_parse::Scrape::parse(lines).context(format!("{api}'s /metrics"))?;
-        for sample in scrape.samples {
-            let (Counter(v) | Untyped(v)) = sample.value else { continue };
-            let n = v as u64;
-            match sample.metric.as_str() {
-                "fraud_decisions_total" => {
-                    sum.decisions += n;
-                    sum.approved += n * u64::from(sample.labels.get("approved") == Some("true"));
-                }
-                "fraud_requests_rejected_total" => sum.rejected += n,
-                "fraud_ready_requests_total" => sum.ready += n,
-                _ => {}
-            }
-        }
-    }
-    Ok(Some(sum))
 }
 
 /// Polls `probe` every 100 ms until it answers 2xx; fails after `limit` with the last answer.
