@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
     let mut app = Scoring {
         scorer: scorer(),
         ready,
-        metrics: None,
+        index: Vec::new(),
     };
     let t0 = Instant::now();
     let mut conn = Conn::new(t0);

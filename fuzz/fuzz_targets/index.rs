@@ -9,8 +9,9 @@
 //! valid artifact (byte overwrites at chosen offsets, a length change, optionally a footer
 //! recomputed over the damage with its true CRC32, as a packer bug would write it); an artifact
 //! that `verify_deep` accepts must satisfy this target's own independent checks of those
-//! invariants, and one that satisfies them must answer searches without a panic (the search of
-//! what only `open` accepted is the `index_open` target's). Run with
+//! invariants, and one that satisfies them must answer searches without a panic, with the
+//! clamped kernels and, once `verify_deep` accepted it, the plain ones the request path takes
+//! (the search of what only `open` accepted is the `index_open` target's). Run with
 //! AddressSanitizer (cargo fuzz's default), it also watches the search's unsafe layout casts and
 //! the AVX2 kernels on arbitrary row, bound and centroid values.
 #![no_main]
@@ -44,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         "open accepted a tree whose references leave its tables"
     );
     let searchable = values_in_domain(index) && rows_in_blocks(index);
-    if let Ok(()) = deep {
+    if deep.is_ok() {
         assert!(
             values_in_domain(index),
             "verify_deep accepted a value outside its lane's domain"
@@ -58,11 +59,19 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let queries = input.domain_queries();
+    let mut searchers = vec![
+        Searcher::new(index, SearchParams::default()),
+        Searcher::scalar(index, SearchParams::default()),
+    ];
+    // What `verify_deep` accepted, the request path searches with the plain kernels.
+    if let Ok(v) = deep {
+        searchers.extend([
+            Searcher::new(index, SearchParams::default()).trusting(v),
+            Searcher::scalar(index, SearchParams::default()).trusting(v),
+        ]);
+    }
     for q in &queries {
-        for s in [
-            Searcher::new(index, SearchParams::default()),
-            Searcher::scalar(index, SearchParams::default()),
-        ] {
+        for s in searchers.iter() {
             let got = s.nearest(q);
             assert!(got.len() <= function::search::K);
             assert!(s.frauds(q) <= got.len());

@@ -10,11 +10,12 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Clone, Debug, PartialEq)]
 pub enum Mode {
-    /// Every committed seed, then a fixed count of mutations with seed 1 (what CI runs).
+    /// Every committed seed, then mutations with seed 1 for a time budget per target, the
+    /// targets two at a time (what CI runs); each target's execution count is reported.
     Ci {
-        /// Executions per target after the seeds.
-        #[arg(long, env = "FUZZ_CI_RUNS", default_value_t = 20_000)]
-        runs: u64,
+        /// Seconds per target, the committed seeds included.
+        #[arg(long, env = "FUZZ_CI_SECONDS", default_value_t = 15)]
+        seconds: u64,
     },
     /// Every target (or one) in turn on one CPU at nice 10, growing `fuzz/work/<target>`.
     Long {
@@ -74,8 +75,8 @@ pub fn run(args: Args) -> Result<()> {
     };
     let listed = util::read(&cargo_fuzz(nightly, &[], &["list".into()]))?;
     let targets = only.map_or_else(|| listed.lines().map(Into::into).collect(), |t| vec![t]);
-    // The CI's fixed counts run side by side, one target per core (each fuzzer is one thread,
-    // and its count and seed fix what it executes); long runs stay one at a time, pinned.
+    // The CI's budgets run side by side, one target per core (each fuzzer is one thread); long
+    // runs stay one at a time, pinned.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = if matches!(args.mode, Mode::Ci { .. }) { cores } else { 1 };
     let queue = std::sync::Mutex::new(targets.iter().enumerate());
@@ -93,17 +94,18 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 pub fn libfuzzer_args(target: &str, mode: &Mode, dict: bool, max_len: Option<&str>) -> Vec<String> {
-    // libFuzzer executes every seed before it counts mutations toward `-runs`.
+    // libFuzzer executes every seed first, within the budget.
     let mut a = vec![match mode {
-        Mode::Ci { runs } => format!("-runs={runs}"),
-        Mode::Long { seconds, .. } => format!("-max_total_time={seconds}"),
+        Mode::Ci { seconds } | Mode::Long { seconds, .. } => format!("-max_total_time={seconds}"),
         Mode::Build => unreachable!("a build runs no target"),
     }];
     a.extend(["-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"].map(String::from));
     a.push(format!("-artifact_prefix=artifacts/{target}/"));
     a.extend(dict.then(|| format!("-dict=dict/{target}.dict")));
     if let Mode::Ci { .. } = mode {
-        // `-use_cmp=0`: recorded comparison operands (clocks, heap addresses) made runs diverge.
+        // The same mutations in the same order each run (how far a budget gets depends on the
+        // machine): `-use_cmp=0`, as recorded comparison operands (clocks, heap addresses)
+        // made runs diverge.
         a.extend(["-seed=1", "-use_cmp=0", "-reload=0"].map(String::from));
     }
     a.extend(max_len.map(|n| format!("-max_len={}", n.trim())));
