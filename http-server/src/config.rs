@@ -1,5 +1,6 @@
 //! What a server is configured with: where it listens ([`Endpoint`]) and how far it lets a client
-//! go ([`Limits`]). The command-line form of both is `instance::ServeArgs`.
+//! go ([`Limits`]). The command lines that set them are `local_runner::serve::ServeArgs` and
+//! `front serve`'s.
 
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;

@@ -88,6 +88,23 @@ pub const PAIRS: usize = LANES / 2;
 pub const GROUP_ROWS: usize = 8;
 /// Id of a padding slot.
 pub const PAD_ID: u32 = u32::MAX;
+/// Positions a reference set can hold: an id keeps a reference's position in 31 bits (its
+/// label in the last), and positions are the whole set's, shards and deltas included.
+pub const MAX_POSITIONS: u64 = 1 << 31;
+
+/// Whether `count` references from position `first` fit the ids ([`MAX_POSITIONS`]); the error
+/// says what to do.
+pub fn check_positions(first: u64, count: u64) -> Result<(), FormatError> {
+    if first + count <= MAX_POSITIONS {
+        return Ok(());
+    }
+    Err(FormatError::Composition(format!(
+        "{count} references from position {first} pass the {MAX_POSITIONS} positions an index \
+         holds (ids keep a position in 31 bits, and positions are the whole set's, across \
+         shards and deltas): a set this large needs another id layout"
+    )))
+}
+
 /// Largest fixed-point squared distance between two vectors of the valid domain.
 pub const MAX_DISTANCE: i64 = 12 * 10_000 * 10_000 + 2 * 20_000 * 20_000;
 const _: () = assert!(MAX_DISTANCE < i32::MAX as i64, "distances are i32");
@@ -734,9 +751,13 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
     if !slots.is_multiple_of(GROUP_ROWS) {
         return bad("slot count is not a multiple of the group size".into());
     }
-    // Ids hold a position in 31 bits.
-    if h.first_position.to_native() as u64 + h.n_refs.to_native() as u64 > 1 << 31 {
-        return bad("positions past 2^31".into());
+    if check_positions(
+        h.first_position.to_native().into(),
+        h.n_refs.to_native().into(),
+    )
+    .is_err()
+    {
+        return bad(format!("positions past {MAX_POSITIONS}"));
     }
     let groups = match &index.codes {
         ArchivedCodes::I16(g) => (g.len(), CodecKind::I16),

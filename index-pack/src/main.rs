@@ -229,6 +229,7 @@ fn delta(
     let expect = references_sha256.map_or(Expect::Any, Expect::Sha256);
     let parts = read_partitioned(references, &expect, &|_| {})?;
     let n = parts.len;
+    format::check_positions(first_position.into(), n.into())?;
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
         cells: cells.unwrap_or((n / 512).clamp(1, 1024)),

@@ -130,6 +130,8 @@ fn read_each(
                 Piece::Chunk(bytes) => {
                     let records = serde_json::Deserializer::from_slice(&bytes).into_iter();
                     for record in records {
+                        crate::format::check_positions(0, n as u64 + 1)
+                            .map_err(|e| parse_error(e.to_string()))?;
                         let r: Record =
                             record.map_err(|e| parse_error(format!("record {n}: {e}")))?;
                         let v = to_fixed(&r.vector)

@@ -382,3 +382,20 @@ fn split_shards_hold_the_positions_of_the_whole() {
         }
     }
 }
+
+/// A set holds at most 2^31 positions (an id keeps one in 31 bits): the packer, the splitter
+/// and a delta past it are refused with a sentence, not wrapped.
+#[test]
+fn positions_past_two_to_the_31_are_refused() {
+    use index_pack::format::{check_positions, MAX_POSITIONS};
+    assert!(check_positions(0, MAX_POSITIONS).is_ok());
+    assert!(check_positions(MAX_POSITIONS - 10, 10).is_ok());
+    let e = check_positions(MAX_POSITIONS - 10, 11)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pass the 2147483648 positions an index holds"),
+        "{e}"
+    );
+    assert!(check_positions(0, MAX_POSITIONS + 1).is_err());
+}

@@ -6,7 +6,8 @@
 //! - `explain [FILE]`: one request's vector, 5 nearest references and decision (`explain.rs`).
 //! - `selftest`: open the index and answer one request (time the whole process with hyperfine
 //!   to get exec-to-ready).
-//! - `serve`: the handler over HTTP/1.1 on a Unix socket or TCP address (see `serve/mod.rs`).
+//! - `serve`: the handler over HTTP/1.1 on a Unix socket or TCP address (`serve.rs`, on the
+//!   `http-server` crate).
 //!
 //! Any panic aborts the process (after logging it): a server must not go on in an unknown state,
 //! and the orchestrator restarts it. The workspace profile keeps `panic = "unwind"` on purpose
