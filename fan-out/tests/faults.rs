@@ -26,16 +26,18 @@ fn identity(number: u32, first: u32, references: u32) -> Identity {
         references_sha256: "ab".repeat(32),
         references,
         first_position: first,
+        end_position: first + references,
         part: SetPart::Shard {
             number,
             count: 2,
             total: 200,
             set_sha256: "cd".repeat(32),
         },
-        format_version: 5,
+        format_version: 6,
         codec: "i16".into(),
         crc32: format!("{number:08x}"),
         packer: "stand-in".into(),
+        edited_by: Vec::new(),
     }
 }
 

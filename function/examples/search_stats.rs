@@ -54,9 +54,14 @@ fn main() {
         None => function::index::load(mode).unwrap(),
     };
     let params = SearchParams { park, prefetch };
-    // DELTA_FILE=path searches a delta (`index-pack delta`) with the index it extends.
-    let delta = std::env::var_os("DELTA_FILE")
-        .map(|p| index_pack::format::aligned_copy(&std::fs::read(p).unwrap()));
+    // DELTA_FILE=path[:path..] searches deltas (`index-pack delta`, in the order packed) with
+    // the index they extend.
+    let delta: Vec<_> = std::env::var_os("DELTA_FILE")
+        .map(|list| std::env::split_paths(&list).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| index_pack::format::aligned_copy(&std::fs::read(p).unwrap()))
+        .collect();
     let deltas: Vec<_> = delta
         .iter()
         .map(|b| index_pack::format::open_with_footer(b).unwrap())

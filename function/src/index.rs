@@ -478,7 +478,7 @@ fn load_deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
         format::verify_deep(bytes).map_err(|e| fail(&path, e.to_string()))?;
         opened.push(format::open_with_footer(bytes)?);
     }
-    opened.sort_by_key(|o| o.index.header.first_position.to_native());
+    opened.sort_by_key(format::Opened::chain_order);
     Ok(Box::leak(opened.into_boxed_slice()))
 }
 

@@ -71,9 +71,9 @@ pub fn embedded_searcher() -> Result<Searcher<'static>, index::IndexError> {
     })
 }
 
-/// The searcher of a shard over the embedded index: a shard's index only, and no deltas (a
-/// whole set's index, or deltas found beside the binary, are refused with a sentence,
-/// `format::check_composition`).
+/// The searcher of a shard over the embedded index and its edit deltas ([`index::deltas`]): a
+/// shard's index only (a whole set's is refused with a sentence, and so is a delta that adds
+/// references to a shard: `format::check_composition`).
 #[cfg(feature = "embedded-index")]
 pub fn embedded_shard() -> Result<Searcher<'static>, index::IndexError> {
     Ok(

@@ -334,11 +334,13 @@ mod tests {
             references_sha256: "ab".repeat(32),
             references: 3_000_000,
             first_position: 0,
+            end_position: 3_000_000,
             part: index_pack::format::SetPart::Whole,
-            format_version: 5,
+            format_version: 6,
             codec: "i16".into(),
             crc32: crc.into(),
             packer: "index-pack 0.1.0".into(),
+            edited_by: Vec::new(),
         }
     }
 

@@ -166,6 +166,13 @@ impl Tiling {
                     range.start, range.end
                 ));
             }
+            if u64::from(id.references) > range.end.saturating_sub(range.start) {
+                return Err(format!(
+                    "{name} holds {} references in {} positions",
+                    id.references,
+                    range.end.saturating_sub(range.start)
+                ));
+            }
             next = range.end;
         }
         if next != u64::from(*total) {
@@ -256,16 +263,18 @@ mod tests {
             references_sha256: "ab".repeat(32),
             references,
             first_position: first,
+            end_position: first + references,
             part: SetPart::Shard {
                 number,
                 count,
                 total: 3_000,
                 set_sha256: "cd".repeat(32),
             },
-            format_version: 5,
+            format_version: 6,
             codec: "i16".into(),
             crc32: format!("{number:08x}"),
             packer: "index-pack test".into(),
+            edited_by: Vec::new(),
         }
     }
 
@@ -295,8 +304,13 @@ mod tests {
         assert!(e.contains("a gap"), "{e}");
         let e = broken(&|ids| ids[2].first_position = 2_000);
         assert!(e.contains("an overlap"), "{e}");
-        let e = broken(&|ids| ids[2].references = 800);
+        let e = broken(&|ids| {
+            ids[2].end_position = 2_900;
+            ids[2].references = 800;
+        });
         assert!(e.contains("a gap at the end"), "{e}");
+        let e = broken(&|ids| ids[2].references = 901);
+        assert!(e.contains("901 references in 900 positions"), "{e}");
         let e = broken(&|ids| {
             if let SetPart::Shard { set_sha256, .. } = &mut ids[1].part {
                 *set_sha256 = "ef".repeat(32);

@@ -65,8 +65,9 @@ use rkyv::{Archive, Deserialize, Serialize};
 pub const MAGIC: [u8; 8] = *b"FRDIDX\r\n";
 /// Version of the layout below. Bump it on any change to the archived types (4: 64-bit offsets;
 /// 5: global positions and the part of a set an index is, with the base's CRC32 in a delta's
-/// footer).
-pub const FORMAT_VERSION: u32 = 5;
+/// footer; 6: a part's end position, a delta's hidden positions and relabelled rows, a
+/// compacted base's folded parts).
+pub const FORMAT_VERSION: u32 = 6;
 /// Size of the footer that ends every artifact.
 pub const FOOTER_LEN: usize = 32;
 /// Alignment the archive needs in memory (the SIMD groups are 32-byte aligned).
@@ -191,12 +192,28 @@ pub struct Header {
     pub split_weights: [u32; DIMS],
     /// Name and version of the packer, for humans.
     pub packer: String,
-    /// The position in the whole reference set (its references in file order) of this index's
-    /// first reference: a reference's id holds `first_position + i`, its global position, so
-    /// that ties break as the labeller's would over the whole set.
+    /// The positions of the whole reference set (its references in file order) this part
+    /// covers: `first_position..end_position`. A reference's id holds its global position, so
+    /// that ties break as the labeller's would over the whole set. Every position of the range
+    /// is a row, but in a compacted base, where the removed ones are gaps; a delta's
+    /// relabelled rows keep their earlier positions, below the range ([`Part::Delta`]).
     pub first_position: u32,
+    pub end_position: u32,
     /// What part of a reference set this index holds.
     pub part: Part,
+    /// A compacted base (`index-pack compact`): the deltas folded into it, in order (empty
+    /// otherwise), so that the files it was made of can still be named and checked.
+    pub folded: Vec<Folded>,
+}
+
+/// One delta folded into a compacted base: the digests of the files it was packed from.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub struct Folded {
+    /// Its new references' file (zeros: none).
+    pub source_sha256: [u8; 32],
+    /// Its edits' file (zeros: none).
+    pub edits_sha256: [u8; 32],
 }
 
 /// What part of a reference set an index holds.
@@ -205,9 +222,23 @@ pub struct Header {
 pub enum Part {
     /// A whole set, or the base of one that deltas extend: positions from 0.
     Whole,
-    /// References that follow `base` and the deltas before this one in the set's file order
-    /// (`index-pack delta`); searched with them, never alone.
-    Delta { base: BaseRef },
+    /// An edit of the set `base` and the deltas before this one describe (`index-pack delta`),
+    /// searched with them, never alone: new references at the positions that follow theirs
+    /// (`first_position..end_position`), and `hides`, the positions whose row in an earlier
+    /// part no longer counts, sorted: removed ones, and relabelled ones, whose row with the new
+    /// label (and the same vector and position) is in this delta, so that every partition
+    /// still holds one label. `edits_sha256` names the edits file (zeros: new references only).
+    /// It is delta `number` (from 0) of its base, packed after the part whose archive's CRC32
+    /// is `previous_crc32` (the base's for delta 0): a chain is one sequence, checked link by
+    /// link at load, and an edits-only delta (which adds no position) has its place in it.
+    /// A shard's deltas only edit: a shard's range of positions is fixed by the split.
+    Delta {
+        base: BaseRef,
+        number: u32,
+        previous_crc32: u32,
+        hides: Vec<u32>,
+        edits_sha256: [u8; 32],
+    },
     /// Shard `number` of `count` (from 0) of a set of `total` references whose source SHA-256 is
     /// `set_sha256` (`index-pack split`): a contiguous range of its positions, answered by a
     /// function of its own and merged by the front.
@@ -479,7 +510,7 @@ pub fn write_artifact(index: &Index, out: impl std::io::Write) -> std::io::Resul
         archive_len,
         crc32: crc.finalize(),
         base_crc32: match &index.header.part {
-            Part::Delta { base } => base.crc32,
+            Part::Delta { base, .. } => base.crc32,
             _ => 0,
         },
     };
@@ -501,7 +532,7 @@ pub fn open(artifact: &[u8]) -> Result<&ArchivedIndex, FormatError> {
         .map_err(|e| FormatError::Invalid(e.to_string()))?;
     check_layout(index)?;
     let base_crc32 = match &index.header.part {
-        ArchivedPart::Delta { base } => base.crc32.to_native(),
+        ArchivedPart::Delta { base, .. } => base.crc32.to_native(),
         _ => 0,
     };
     if footer.base_crc32 != base_crc32 {
@@ -520,9 +551,12 @@ pub fn open(artifact: &[u8]) -> Result<&ArchivedIndex, FormatError> {
 pub struct Identity {
     /// SHA-256 of the decompressed references file, hex.
     pub references_sha256: String,
+    /// Its rows (a delta's relabelled ones included); for a shard with edits, its live
+    /// references ([`Identity::edited`]).
     pub references: u32,
-    /// The position of its first reference in the whole set.
+    /// The positions of the whole set it covers: `first_position..end_position`.
     pub first_position: u32,
+    pub end_position: u32,
     pub part: SetPart,
     pub format_version: u32,
     /// `i16` or `fp16`.
@@ -530,6 +564,9 @@ pub struct Identity {
     /// CRC32 of the archive (the footer's), hex.
     pub crc32: String,
     pub packer: String,
+    /// A shard served with edit deltas: their CRC32s (hex), in order ([`Identity::edited`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edited_by: Vec<String>,
 }
 
 /// What part of a reference set an index is ([`Part`], as its identity carries it).
@@ -537,9 +574,15 @@ pub struct Identity {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SetPart {
     Whole,
-    /// Extends the base whose archive has this CRC32 (hex).
+    /// Delta `number` (from 0) of the base whose archive has this CRC32 (hex), hiding `hides`
+    /// earlier rows (removed or relabelled) as the edits file whose SHA-256 is `edits_sha256`
+    /// says.
     Delta {
         base_crc32: String,
+        number: u32,
+        hides: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edits_sha256: Option<String>,
     },
     /// Shard `number` of `count` (from 0) of a set of `total` references whose source SHA-256
     /// is `set_sha256` (hex).
@@ -555,7 +598,9 @@ impl std::fmt::Display for SetPart {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SetPart::Whole => f.write_str("whole"),
-            SetPart::Delta { base_crc32 } => write!(f, "delta of {base_crc32}"),
+            SetPart::Delta {
+                base_crc32, number, ..
+            } => write!(f, "delta {number} of {base_crc32}"),
             SetPart::Shard { number, count, .. } => write!(f, "shard {number} of {count}"),
         }
     }
@@ -568,10 +613,20 @@ impl Identity {
             references_sha256: hex(&h.source_sha256),
             references: h.n_refs.to_native(),
             first_position: h.first_position.to_native(),
+            end_position: h.end_position.to_native(),
             part: match &h.part {
                 ArchivedPart::Whole => SetPart::Whole,
-                ArchivedPart::Delta { base } => SetPart::Delta {
+                ArchivedPart::Delta {
+                    base,
+                    number,
+                    hides,
+                    edits_sha256,
+                    ..
+                } => SetPart::Delta {
                     base_crc32: format!("{:08x}", base.crc32.to_native()),
+                    number: number.to_native(),
+                    hides: hides.len() as u32,
+                    edits_sha256: (*edits_sha256 != [0; 32]).then(|| hex(edits_sha256)),
                 },
                 ArchivedPart::Shard {
                     number,
@@ -589,13 +644,24 @@ impl Identity {
             codec: h.codec.native().name().to_string(),
             crc32: format!("{:08x}", opened.footer.crc32),
             packer: h.packer.to_string(),
+            edited_by: Vec::new(),
         }
     }
 
-    /// The positions it holds: `first_position..first_position + references`.
+    /// A shard's identity once `deltas` edit it, leaving `live` references: a front proves
+    /// and checks the shard with its edits, so a shard that changes them is refused until the
+    /// front is given them.
+    pub fn edited(self, deltas: &[Identity], live: u32) -> Identity {
+        Identity {
+            references: live,
+            edited_by: deltas.iter().map(|d| d.crc32.clone()).collect(),
+            ..self
+        }
+    }
+
+    /// The positions it covers: `first_position..end_position`.
     pub fn positions(&self) -> std::ops::Range<u64> {
-        let first = u64::from(self.first_position);
-        first..first + u64::from(self.references)
+        u64::from(self.first_position)..u64::from(self.end_position)
     }
 }
 
@@ -627,8 +693,24 @@ impl Opened<'_> {
 
     /// The position that follows this index's references: where a delta after it starts.
     pub fn end_position(&self) -> u32 {
-        let h = &self.index.header;
-        h.first_position.to_native() + h.n_refs.to_native()
+        self.index.header.end_position.to_native()
+    }
+
+    /// The CRC32 of the base a delta extends (0 for another part).
+    pub fn base_ref_crc32(&self) -> u32 {
+        match &self.index.header.part {
+            ArchivedPart::Delta { base, .. } => base.crc32.to_native(),
+            _ => 0,
+        }
+    }
+
+    /// Where it sits in a chain: a base first, then its deltas by number (deltas found as
+    /// files, in any order, are sorted by this; [`check_composition`] checks the result).
+    pub fn chain_order(&self) -> (u32, u32) {
+        match &self.index.header.part {
+            ArchivedPart::Delta { number, .. } => (1, number.to_native()),
+            _ => (0, 0),
+        }
     }
 }
 
@@ -641,9 +723,10 @@ pub fn open_with_footer(artifact: &[u8]) -> Result<Opened<'_>, FormatError> {
 }
 
 /// Checks that `parts`, a base then its deltas in order (each opened with its footer), form
-/// the one reference set `serving` needs: a whole set, whose deltas each extend this base (its
-/// source SHA-256, reference count and CRC32) and start at the position where the parts
-/// before it end, all with one codec; or one shard alone. A shard served as a whole set would
+/// the one reference set `serving` needs: a whole set or a shard, whose deltas each extend
+/// this base (its source SHA-256, reference count and CRC32), follow the part they were
+/// packed after, and start at the position where the parts before it end, all with one codec
+/// (a shard's deltas add no reference). A shard served as a whole set would
 /// vote over a fraction of the references, and a whole set served as a shard would be merged
 /// with its neighbours' references twice: both are refused with a sentence.
 pub fn check_composition(
@@ -655,10 +738,10 @@ pub fn check_composition(
         return bad("no index".into());
     };
     let h = &base.header;
-    match (&h.part, serving, deltas.is_empty()) {
-        (ArchivedPart::Whole, Serving::WholeSet, _)
-        | (ArchivedPart::Shard { .. }, Serving::Shard, true) => {}
-        (ArchivedPart::Shard { number, count, .. }, Serving::WholeSet, _) => {
+    match (&h.part, serving) {
+        (ArchivedPart::Whole, Serving::WholeSet) | (ArchivedPart::Shard { .. }, Serving::Shard) => {
+        }
+        (ArchivedPart::Shard { number, count, .. }, Serving::WholeSet) => {
             return bad(format!(
                 "this index is shard {number} of {count} of a set (index-pack split): it holds \
                  a fraction of the references and answers only in a shard's role, behind a \
@@ -666,10 +749,7 @@ pub fn check_composition(
                  set's index here"
             ))
         }
-        (ArchivedPart::Shard { .. }, Serving::Shard, false) => {
-            return bad("deltas extend a whole set, not a shard".into())
-        }
-        (ArchivedPart::Whole, Serving::Shard, _) => {
+        (ArchivedPart::Whole, Serving::Shard) => {
             return bad(
                 "this index is a whole set, not a shard (index-pack split): a front would \
                  merge its references with the other shards' and count some twice; build the \
@@ -677,14 +757,20 @@ pub fn check_composition(
                     .into(),
             )
         }
-        (ArchivedPart::Delta { .. }, _, _) => {
+        (ArchivedPart::Delta { .. }, _) => {
             return bad("the first index is a delta: a delta is searched with its base".into())
         }
     }
-    let mut next = h.first_position.to_native() as u64 + h.n_refs.to_native() as u64;
+    let mut next = h.end_position.to_native() as u64;
     for (i, (delta, _)) in deltas.iter().enumerate() {
         let d = &delta.header;
-        let ArchivedPart::Delta { base: of } = &d.part else {
+        let ArchivedPart::Delta {
+            base: of,
+            number,
+            previous_crc32,
+            ..
+        } = &d.part
+        else {
             return bad(format!("index {} after the base is not a delta", i + 1));
         };
         if of.source_sha256 != h.source_sha256
@@ -712,10 +798,28 @@ pub fn check_composition(
                 d.first_position
             ));
         }
+        let previous = parts[i].1.crc32;
+        if number.to_native() as usize != i || previous_crc32.to_native() != previous {
+            return bad(format!(
+                "delta {} was packed as delta {} after the part with CRC32 {:08x}, but here it \
+                 follows the part with CRC32 {previous:08x}: give the deltas in the order they \
+                 were packed, each after the one it was packed after",
+                i + 1,
+                number.to_native() + 1,
+                previous_crc32.to_native()
+            ));
+        }
+        if matches!(h.part, ArchivedPart::Shard { .. }) && d.end_position != d.first_position {
+            return bad(format!(
+                "delta {} adds references to a shard: a shard's positions are fixed by the \
+                 split; a shard's deltas only remove and relabel",
+                i + 1
+            ));
+        }
         if d.codec != h.codec {
             return bad(format!("delta {} has another codec than the base", i + 1));
         }
-        next += d.n_refs.to_native() as u64;
+        next = d.end_position.to_native() as u64;
     }
     Ok(())
 }
@@ -770,7 +874,10 @@ fn check_layout(index: &ArchivedIndex) -> Result<(), FormatError> {
         return bad(format!("{} code groups for {slots} slots", groups.0));
     }
     let parts = &index.partitions;
-    if parts.is_empty() || parts.len() > 2 * KEYS {
+    // No partition only in a delta that removes and adds nothing.
+    if (parts.is_empty() && (h.n_refs != 0 || !matches!(h.part, ArchivedPart::Delta { .. })))
+        || parts.len() > 2 * KEYS
+    {
         return bad(format!("{} partitions", parts.len()));
     }
     let mut next_slot = 0usize;
@@ -909,24 +1016,44 @@ pub fn verify_deep(artifact: &[u8]) -> Result<Verified<'_>, FormatError> {
             index.header.n_refs
         ));
     }
-    // Every position of the index's range exactly once.
-    let (first, n) = (
-        index.header.first_position.to_native() as usize,
-        index.header.n_refs.to_native() as usize,
+    // Every position once: those of the range (all of them but in a compacted base, whose
+    // removed positions are gaps), and a delta's relabelled rows at positions it hides.
+    let h = &index.header;
+    let (first, end) = (
+        h.first_position.to_native() as usize,
+        h.end_position.to_native() as usize,
     );
-    let mut seen = vec![false; n];
+    let hides: &[rkyv::rend::u32_le] = match &h.part {
+        ArchivedPart::Delta { hides, .. } => hides,
+        _ => &[],
+    };
+    let mut seen = vec![false; end - first];
+    let (mut in_range, mut relabelled) = (0usize, std::collections::BTreeSet::new());
     for id in index.ids.iter().map(|id| id.to_native()) {
         if id == PAD_ID {
             continue;
         }
-        let at = ((id >> 1) as usize).wrapping_sub(first);
-        if at >= n || std::mem::replace(&mut seen[at], true) {
+        let p = (id >> 1) as usize;
+        let at = p.wrapping_sub(first);
+        if at < seen.len() && !std::mem::replace(&mut seen[at], true) {
+            in_range += 1;
+        } else if p >= first
+            || !relabelled.insert(p)
+            || hides
+                .binary_search_by_key(&(p as u32), |h| h.to_native())
+                .is_err()
+        {
             return bad(format!(
-                "the position {} is outside {first}..{} or held twice",
-                id >> 1,
-                first + n
+                "the position {p} is outside {first}..{end}, held twice, or relabelled without \
+                 being hidden"
             ));
         }
+    }
+    let dense = h.folded.is_empty();
+    if dense && in_range != end - first {
+        return bad(format!(
+            "{in_range} of the positions {first}..{end} are rows: a packed part holds them all"
+        ));
     }
     for (i, p) in index.partitions.iter().enumerate() {
         let range = p.first_slot.to_native() as usize..p.end_slot.to_native() as usize;

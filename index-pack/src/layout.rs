@@ -22,7 +22,7 @@
 
 use crate::codec::{self, RowLanes};
 use crate::format::{
-    Block, Bounds, BoundsGroup, ChildRef, CodecKind, Header, Index, List, Part, Partition,
+    Block, Bounds, BoundsGroup, ChildRef, CodecKind, Folded, Header, Index, List, Part, Partition,
     BLOCK_BIT, DIMS, FANOUT, FORMAT_VERSION, GROUP_ROWS, KEYS, KEY_DIMS, LANES, NO_CHILD, PAD_ID,
     PAIRS, ROW_DIMS, SCALE,
 };
@@ -107,10 +107,16 @@ pub struct LayoutParams {
     /// By dimension: how much a row lane's spread counts when a k-d split picks its lane (and
     /// when lists are grouped by their means). See [`DEFAULT_SPLIT_WEIGHTS`].
     pub split_weights: [u32; DIMS],
-    /// The position of the first reference in the whole set ([`Header::first_position`]).
+    /// The position of the first reference in the whole set ([`Header::first_position`]): a
+    /// row's id holds `first_position + index` (wrapping, so a delta's relabelled rows, below
+    /// it, keep their positions).
     pub first_position: u32,
+    /// [`Header::end_position`]; `None`: `first_position` plus the rows.
+    pub end_position: Option<u32>,
     /// What part of a set the index holds.
     pub part: Part,
+    /// [`Header::folded`] (a compacted base's).
+    pub folded: Vec<Folded>,
 }
 
 impl Default for LayoutParams {
@@ -122,7 +128,9 @@ impl Default for LayoutParams {
             kmeans_seed: 0,
             split_weights: DEFAULT_SPLIT_WEIGHTS,
             first_position: 0,
+            end_position: None,
             part: Part::Whole,
+            folded: Vec::new(),
         }
     }
 }
@@ -141,26 +149,43 @@ pub const DEFAULT_SPLIT_WEIGHTS: [u32; DIMS] = [1, 1, 1, 1, 1, 16, 1, 1, 1, 1, 1
 /// as every n-th reference, each reference assigned to its exact nearest centroid. Lists come
 /// out of very different sizes, which exercises the search more than k-means cells would.
 pub fn build_sampled(refs: &References, cells: usize, params: &LayoutParams) -> Index {
-    let step = (refs.vectors.len() / cells.max(1)).max(1);
-    let centroids: Vec<[f32; DIMS]> = refs
-        .vectors
-        .iter()
+    build_sampled_partitioned(Partitioned::from_references(refs), cells, params)
+}
+
+/// [`build_sampled`] over rows already partitioned (a delta's with relabelled rows, a
+/// compacted base's).
+pub fn build_sampled_partitioned(parts: Partitioned, cells: usize, params: &LayoutParams) -> Index {
+    let all = || {
+        parts
+            .parts
+            .iter()
+            .enumerate()
+            .flat_map(|(p, rows)| rows.iter().map(move |r| Partitioned::vector(p, r)))
+    };
+    let step = (parts.len as usize / cells.max(1)).max(1);
+    let centroids: Vec<[f32; DIMS]> = all()
         .step_by(step)
         .map(|v| v.map(|k| (k as f64 / SCALE) as f32))
         .collect();
-    let assignment: Vec<u32> = refs
-        .vectors
+    let nearest = |v: &[i16; DIMS]| {
+        let d = |c: &[f32; DIMS]| -> f32 {
+            (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
+        };
+        (0..centroids.len())
+            .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
+            .map_or(0, |c| c as u16)
+    };
+    let assignment: Vec<Vec<u16>> = parts
+        .parts
         .iter()
-        .map(|v| {
-            let d = |c: &[f32; DIMS]| -> f32 {
-                (0..DIMS).map(|i| (v[i] as f32 / 1e4 - c[i]).powi(2)).sum()
-            };
-            (0..centroids.len())
-                .min_by(|&a, &b| d(&centroids[a]).total_cmp(&d(&centroids[b])))
-                .unwrap() as u32
+        .enumerate()
+        .map(|(p, rows)| {
+            rows.iter()
+                .map(|r| nearest(&Partitioned::vector(p, r)))
+                .collect()
         })
         .collect();
-    build(refs, &centroids, &assignment, params)
+    build_partitioned(parts, assignment, &centroids, params)
 }
 
 /// One reference as the layout holds it: its row lanes (the padding lane 0) and its index
@@ -186,12 +211,26 @@ pub struct Partitioned {
 impl Partitioned {
     /// Adds the next reference of the file.
     pub fn push(&mut self, v: &[i16; DIMS], fraud: bool) {
+        let index = self.len;
+        self.push_at(v, fraud, index);
+    }
+
+    /// Adds a reference whose index (its position less the part's first, wrapping) is given:
+    /// a delta's relabelled references, a compacted base's survivors.
+    pub fn push_at(&mut self, v: &[i16; DIMS], fraud: bool, index: u32) {
         let p = (key_of(v) << 1 | fraud as u32) as usize;
         self.parts[p].push(Row {
             lanes: lanes_of(v),
-            index: self.len,
+            index,
         });
         self.len += 1;
+    }
+
+    /// Each partition's rows in index order, as a file would have pushed them.
+    pub fn sort_by_index(&mut self) {
+        for rows in &mut self.parts {
+            rows.sort_unstable_by_key(|r| r.index);
+        }
     }
 
     pub fn from_references(refs: &References) -> Partitioned {
@@ -298,8 +337,9 @@ pub fn build_partitioned(
     assert_eq!(cells.len(), parts.parts.len());
     let (n, n_fraud) = (parts.len as usize, parts.n_fraud());
     let first = params.first_position;
+    let end = params.end_position.unwrap_or(first + n as u32);
     assert!(
-        first as u64 + n as u64 <= 1 << 31,
+        end as u64 <= crate::format::MAX_POSITIONS,
         "ids hold the position in 31 bits"
     );
     // Every list starts on a group boundary: the slots in all, known before the layout, so the
@@ -359,7 +399,9 @@ pub fn build_partitioned(
             split_weights: params.split_weights,
             packer: concat!("index-pack ", env!("CARGO_PKG_VERSION")).to_string(),
             first_position: first,
+            end_position: end,
             part: params.part.clone(),
+            folded: params.folded.clone(),
         },
         centroids: centroids.to_vec(),
         partitions,
@@ -425,7 +467,7 @@ fn lay_out(
         order: &order,
         block_rows: params.block_rows as usize,
         split_weights: params.split_weights,
-        id_bits: |index: u32| ((params.first_position + index) << 1) | fraud as u32,
+        id_bits: |index: u32| (params.first_position.wrapping_add(index) << 1) | fraud as u32,
         gathered: Vec::new(),
     };
     b.lists_child(&mut lists)

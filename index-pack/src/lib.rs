@@ -27,7 +27,10 @@ compile_error!("the index stores little-endian integers and the search reads the
 
 #[cfg(feature = "pack")]
 pub mod assign;
+pub mod chain;
 pub mod codec;
+#[cfg(feature = "pack")]
+pub mod edits;
 pub mod embed;
 pub mod format;
 pub mod layout;
@@ -55,8 +58,12 @@ pub struct PackOptions {
     pub split_weights: [u32; format::DIMS],
     /// The position of the first reference in the whole set (0 for a base).
     pub first_position: u32,
+    /// Where its positions end (`None`: after its references).
+    pub end_position: Option<u32>,
     /// What part of a set the index holds ([`format::Part`]).
     pub part: format::Part,
+    /// The deltas a compacted base folds ([`format::Header::folded`]).
+    pub folded: Vec<format::Folded>,
 }
 
 impl Default for PackOptions {
@@ -78,7 +85,9 @@ impl Default for PackOptions {
             block_rows: 32,
             split_weights: layout::DEFAULT_SPLIT_WEIGHTS,
             first_position: 0,
+            end_position: None,
             part: format::Part::Whole,
+            folded: Vec::new(),
         }
     }
 }
@@ -99,6 +108,22 @@ pub fn build(
         (1..=1 << 16).contains(&opts.cells),
         "cells must be 1 to 65,536"
     );
+    let params = layout::LayoutParams {
+        codec: opts.codec,
+        block_rows: opts.block_rows,
+        kmeans_iters: opts.kmeans_iters,
+        kmeans_seed: opts.kmeans_seed,
+        split_weights: opts.split_weights,
+        first_position: opts.first_position,
+        end_position: opts.end_position,
+        part: opts.part.clone(),
+        folded: opts.folded.clone(),
+    };
+    if parts.len == 0 {
+        // A delta that only removes references: no row, no cell.
+        let cells = vec![Vec::new(); parts.parts.len()];
+        return Ok(layout::build_partitioned(parts, cells, &[], &params));
+    }
     let km = train::KMeans {
         cells: opts.cells,
         iters: opts.kmeans_iters,
@@ -111,15 +136,6 @@ pub fn build(
     let t = std::time::Instant::now();
     let cells = assign::assign(&parts, &coarse);
     phases.assign_s = t.elapsed().as_secs_f64();
-    let params = layout::LayoutParams {
-        codec: opts.codec,
-        block_rows: opts.block_rows,
-        kmeans_iters: opts.kmeans_iters,
-        kmeans_seed: opts.kmeans_seed,
-        split_weights: opts.split_weights,
-        first_position: opts.first_position,
-        part: opts.part.clone(),
-    };
     let t = std::time::Instant::now();
     let index = layout::build_partitioned(parts, cells, &coarse.centroids(), &params);
     phases.layout_s = t.elapsed().as_secs_f64();

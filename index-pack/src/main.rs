@@ -2,6 +2,8 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use index_pack::chain;
+use index_pack::edits::Edits;
 use index_pack::layout::Partitioned;
 use index_pack::source::{read_partitioned, Expect};
 use index_pack::{format, CodecKind, PackOptions, Phases};
@@ -52,10 +54,12 @@ enum Command {
         #[arg(long)]
         accept_any_references: bool,
     },
-    /// Pack references that follow a base's (a day's new ones) into a delta, searched with the
-    /// base without packing it again. Positions continue after the base and the deltas given
-    /// with `--after`; the delta records the base it extends, and a binary refuses it with
-    /// another base.
+    /// Pack a day's changes to a set into a delta, searched with its base without packing it
+    /// again: new references (`--references`, at the positions that follow the base's and
+    /// those of the deltas given with `--after`), and removals and relabels of references
+    /// already in the set (`--edits`, by position). The delta records the base it extends; a
+    /// binary refuses it with another base, and a chain whose edits name a position it does
+    /// not hold.
     Delta {
         /// The base artifact the delta extends.
         #[arg(long)]
@@ -64,16 +68,30 @@ enum Command {
         #[arg(long)]
         after: Vec<PathBuf>,
         /// The new references (JSON, optionally .gz).
+        #[arg(long, required_unless_present = "edits")]
+        references: Option<PathBuf>,
+        /// The removals and relabels (`{"remove":[P..],"relabel":[{"position":P,"label":L}..]}`).
         #[arg(long)]
-        references: PathBuf,
+        edits: Option<PathBuf>,
         #[arg(long, short)]
         output: PathBuf,
-        /// k-means cells (default: one per 512 references, 1 to 1024).
+        /// k-means cells (default: one per 512 rows, 1 to 1024).
         #[arg(long)]
         cells: Option<u32>,
         /// Require this SHA-256 of the new references' decompressed JSON.
         #[arg(long)]
         references_sha256: Option<String>,
+    },
+    /// Fold a base and its deltas into a new base: the same set (positions, labels, gaps where
+    /// references were removed) in one index, so that the request path walks one part again.
+    Compact {
+        #[arg(long)]
+        base: PathBuf,
+        /// The base's deltas, in order.
+        #[arg(long, required = true)]
+        delta: Vec<PathBuf>,
+        #[arg(long, short)]
+        output: PathBuf,
     },
     /// Split a reference set into shards of consecutive positions and pack them side by side:
     /// `<output-dir>/shard-<k>-of-<count>.idx`, each answering with positions in the whole set.
@@ -150,17 +168,23 @@ fn main() -> Result<()> {
             base,
             after,
             references,
+            edits,
             output,
             cells,
             references_sha256,
         } => delta(
             &base,
             &after,
-            &references,
+            (references.as_deref(), edits.as_deref()),
             &output,
             cells,
             references_sha256,
         ),
+        Command::Compact {
+            base,
+            delta,
+            output,
+        } => compact(&base, &delta, &output),
         Command::Split {
             references,
             count,
@@ -200,57 +224,141 @@ impl Mapped {
     }
 }
 
+/// A base and deltas mapped, in order, held to `format::check_composition` and resolved
+/// (`chain::hidden_rows`).
+struct Chain {
+    maps: Vec<Mapped>,
+    paths: Vec<PathBuf>,
+}
+
+impl Chain {
+    fn open(base: &std::path::Path, deltas: &[PathBuf]) -> Result<Chain> {
+        let paths: Vec<PathBuf> = std::iter::once(base.to_path_buf())
+            .chain(deltas.iter().cloned())
+            .collect();
+        let maps = paths
+            .iter()
+            .map(|p| Mapped::open(p))
+            .collect::<Result<_>>()?;
+        Ok(Chain { maps, paths })
+    }
+
+    /// The parts, opened and checked, and which of their rows the deltas hide.
+    fn resolve(&self) -> Result<(Vec<format::Opened<'_>>, chain::Hidden)> {
+        let opened = self
+            .maps
+            .iter()
+            .zip(&self.paths)
+            .map(|(m, p)| m.opened(p))
+            .collect::<Result<Vec<_>>>()?;
+        let parts: Vec<_> = opened.iter().map(|o| (o.index, o.footer)).collect();
+        let serving = match opened[0].index.header.part {
+            format::ArchivedPart::Shard { .. } => format::Serving::Shard,
+            _ => format::Serving::WholeSet,
+        };
+        format::check_composition(&parts, serving)?;
+        let indexes: Vec<_> = opened.iter().map(|o| o.index).collect();
+        let hidden = chain::hidden_rows(&indexes)?;
+        Ok((opened, hidden))
+    }
+}
+
 fn delta(
     base_path: &std::path::Path,
     after: &[PathBuf],
-    references: &std::path::Path,
+    (references, edits_path): (Option<&std::path::Path>, Option<&std::path::Path>),
     output: &std::path::Path,
     cells: Option<u32>,
     references_sha256: Option<String>,
 ) -> Result<()> {
     let started = Instant::now();
-    let base_map = Mapped::open(base_path)?;
-    let base = base_map.opened(base_path)?;
-    let maps = after
-        .iter()
-        .map(|p| Mapped::open(p))
-        .collect::<Result<Vec<_>>>()?;
-    let mut parts = vec![(base.index, base.footer)];
-    for (m, p) in maps.iter().zip(after) {
-        let o = m.opened(p)?;
-        parts.push((o.index, o.footer));
-    }
-    format::check_composition(&parts, format::Serving::WholeSet)?;
-    let first_position = parts
-        .iter()
-        .map(|(i, _)| i.header.first_position.to_native() + i.header.n_refs.to_native())
-        .max()
-        .unwrap_or(0);
+    let chain_files = Chain::open(base_path, after)?;
+    let (opened, hidden) = chain_files.resolve()?;
+    let base = opened[0];
     let expect = references_sha256.map_or(Expect::Any, Expect::Sha256);
-    let parts = read_partitioned(references, &expect, &|_| {})?;
-    let n = parts.len;
-    format::check_positions(first_position.into(), n.into())?;
+    let added = match references {
+        Some(r) => read_partitioned(r, &expect, &|_| {})?,
+        None => Partitioned::default(),
+    };
+    let edits = edits_path.map(Edits::read).transpose()?.unwrap_or_default();
+    let indexes: Vec<_> = opened.iter().map(|o| o.index).collect();
+    let d = chain::delta_rows(&indexes, &hidden, added, &edits.remove, &edits.relabel)
+        .with_context(|| match edits_path {
+            Some(p) => format!("{} does not apply to this set", p.display()),
+            None => "the new references do not fit".into(),
+        })?;
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
-        cells: cells.unwrap_or((n / 512).clamp(1, 1024)),
-        first_position,
+        cells: cells.unwrap_or((d.rows.len / 512).clamp(1, 1024)),
+        first_position: d.first_position,
+        end_position: Some(d.end_position),
         part: format::Part::Delta {
             base: base.base_ref(),
+            number: (opened.len() - 1) as u32,
+            previous_crc32: opened.last().expect("a base").footer.crc32,
+            hides: d.hides,
+            edits_sha256: edits.sha256,
         },
         ..PackOptions::default()
     };
-    let index = index_pack::build(parts, &opts, &mut Phases::default())?;
+    let index = index_pack::build(d.rows, &opts, &mut Phases::default())?;
     let written = index_pack::write_index(output, &index)?;
     eprintln!(
-        "wrote {} ({} bytes): {n} references at positions {first_position}..{} after base {} \
-         (CRC32 {:08x}) in {:.1} s",
+        "wrote {} ({} bytes): references at positions {}..{}, {} removed, {} relabelled, after \
+         base {} (CRC32 {:08x}) in {:.1} s",
         output.display(),
         written.bytes,
-        first_position + n,
+        d.first_position,
+        d.end_position,
+        edits.remove.len(),
+        edits.relabel.len(),
         base_path.display(),
         base.footer.crc32,
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+fn compact(
+    base_path: &std::path::Path,
+    deltas: &[PathBuf],
+    output: &std::path::Path,
+) -> Result<()> {
+    let started = Instant::now();
+    let chain_files = Chain::open(base_path, deltas)?;
+    let (opened, hidden) = chain_files.resolve()?;
+    let indexes: Vec<_> = opened.iter().map(|o| o.index).collect();
+    let (rows, folded) = chain::compacted_rows(&indexes, &hidden)?;
+    let read_s = started.elapsed().as_secs_f64();
+    let end = opened.last().expect("a base").end_position();
+    let h = &opened[0].index.header;
+    let opts = PackOptions {
+        codec: h.codec.native(),
+        first_position: h.first_position.to_native(),
+        end_position: Some(end),
+        part: rkyv::deserialize::<format::Part, rkyv::rancor::Error>(&h.part)?,
+        folded,
+        ..PackOptions::default()
+    };
+    let live = rows.len;
+    let mut phases = Phases::default();
+    let index = index_pack::build(rows, &opts, &mut phases)?;
+    let written = index_pack::write_index(output, &index)?;
+    eprintln!(
+        "wrote {} ({} bytes): the {live} live references of positions 0..{end}, a base and {} \
+         deltas folded, in {:.1} s",
+        output.display(),
+        written.bytes,
+        deltas.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let report = serde_json::json!({
+        "artifact": output, "bytes": written.bytes, "references": live, "end_position": end,
+        "deltas": deltas.len(), "read_s": read_s, "kmeans_s": phases.kmeans_s,
+        "assign_s": phases.assign_s, "layout_s": phases.layout_s,
+        "total_s": started.elapsed().as_secs_f64(), "peak_rss_mb": peak_rss_mb(),
+    });
+    println!("{report}");
     Ok(())
 }
 

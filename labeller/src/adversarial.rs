@@ -19,6 +19,9 @@
 //!   holds no two equal vectors), each queried where the other one is, so the pair sits at
 //!   D = 0 and D = their distance.
 //!
+//! Over an edited set, [`around`] adds two more kinds, around the references the edits removed
+//! or relabelled: [`Kind::OnEdited`] and [`Kind::TieOnEdited`].
+//!
 //! The anchors are references drawn at random (seeded); which queries qualify is decided by
 //! the labeller's own answers ([`crate::scan::nearest_many`]), so building them costs two
 //! passes over the references.
@@ -36,9 +39,14 @@ pub enum Kind {
     Midpoint,
     Tie,
     NearDuplicate,
+    /// On a reference an edit removed or relabelled ([`around`]).
+    OnEdited,
+    /// A tie across 5th place with an edited reference in reach ([`around`]).
+    TieOnEdited,
 }
 
 impl Kind {
+    /// The kinds [`queries`] builds.
     pub const ALL: [Kind; 4] = [Kind::Copy, Kind::Midpoint, Kind::Tie, Kind::NearDuplicate];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +55,8 @@ impl Kind {
             Kind::Midpoint => "midpoint",
             Kind::Tie => "tie",
             Kind::NearDuplicate => "near_duplicate",
+            Kind::OnEdited => "on_edited",
+            Kind::TieOnEdited => "tie_on_edited",
         }
     }
 }
@@ -242,6 +252,92 @@ pub fn queries(refs: &References, n: usize, seed: u64, threads: usize) -> Vec<(K
             .take(per_kind)
             .map(|(q, _)| (Kind::Tie, *q)),
     );
+    out
+}
+
+/// A reference an edit changed: its vector (units of 1e-4) and its row in the edited set, if
+/// it is still there (relabelled; `None`: removed).
+pub type Target = ([i64; DIMS], Option<u32>);
+
+/// Up to `n` queries over the edited set `refs` around the references edits changed, half of
+/// each kind:
+/// - [`Kind::OnEdited`]: the edited reference itself. A removed one must not answer; a
+///   relabelled one is the nearest and votes with its new label.
+/// - [`Kind::TieOnEdited`]: a tie across 5th place with the edited reference in reach (at a
+///   distance no greater than the tied 5th): moved from the edited reference's own point, and
+///   from each of its nearest references whose 5th or 6th it is (so that it is one of the
+///   tied pair). A search that still saw a removed reference, or its old label, would answer
+///   differently there.
+pub fn around(
+    refs: &References,
+    targets: &[Target],
+    n: usize,
+    threads: usize,
+) -> Vec<(Kind, [i64; DIMS])> {
+    if targets.is_empty() || n == 0 {
+        return Vec::new();
+    }
+    let half = n.div_ceil(2);
+    let mut out: Vec<(Kind, [i64; DIMS])> = targets
+        .iter()
+        .take(half)
+        .map(|(v, _)| (Kind::OnEdited, *v))
+        .collect();
+    let fixed_row = |i: u32| fixed(&refs.rows[i as usize]);
+    let at: Vec<Query> = targets.iter().map(|(v, _)| real(v)).collect();
+    let near = scan::nearest_many(refs, &at, scan::MAX_K, threads, &|_| {});
+    // (edited reference, anchor, the pair to tie).
+    let mut tries: Vec<([i64; DIMS], [i64; DIMS], u32, u32)> = Vec::new();
+    // (edited reference, its row, one of its nearest references as the anchor).
+    let mut second: Vec<([i64; DIMS], u32, [i64; DIMS])> = Vec::new();
+    for ((v, row), hits) in targets.iter().zip(&near) {
+        if hits.len() > scan::K {
+            tries.push((*v, *v, hits[scan::K - 1].index, hits[scan::K].index));
+        }
+        if let Some(row) = *row {
+            for h in hits.iter().filter(|h| h.index != row) {
+                if let Some(a) = fixed_row(h.index) {
+                    second.push((*v, row, a));
+                }
+            }
+        }
+    }
+    let sq: Vec<Query> = second.iter().map(|(_, _, a)| real(a)).collect();
+    let second_near = scan::nearest_many(refs, &sq, scan::MAX_K, threads, &|_| {});
+    for ((v, row, a), hits) in second.iter().zip(&second_near) {
+        if hits.len() > scan::K && [hits[scan::K - 1].index, hits[scan::K].index].contains(row) {
+            tries.push((*v, *a, hits[scan::K - 1].index, hits[scan::K].index));
+        }
+    }
+    let mut candidates: Vec<([i64; DIMS], [i64; DIMS])> = Vec::new();
+    for (v, a, i5, i6) in tries {
+        let (Some(r5), Some(r6)) = (fixed_row(i5), fixed_row(i6)) else {
+            continue;
+        };
+        let mut moves = tie_moves(&a, &r5, &r6);
+        moves.sort_by_key(|m| m.iter().map(|&(s, _)| s * s).sum::<i64>());
+        for m in moves.iter().take(TIE_TRIES) {
+            let mut q = a;
+            for &(s, j) in m {
+                q[j] += s;
+            }
+            candidates.push((v, q));
+        }
+    }
+    let cq: Vec<Query> = candidates.iter().map(|(_, q)| real(q)).collect();
+    let checked = scan::nearest_many(refs, &cq, scan::MAX_K, threads, &|_| {});
+    let mut ties = 0;
+    for ((v, q), hits) in candidates.iter().zip(&checked) {
+        if ties == half {
+            break;
+        }
+        let reach = fixed_row(hits.get(scan::K - 1).map_or(0, |h| h.index))
+            .map(|r5| integer_distance(q, v) <= integer_distance(q, &r5));
+        if tie_across_fifth(refs, q, hits) && reach == Some(true) {
+            out.push((Kind::TieOnEdited, *q));
+            ties += 1;
+        }
+    }
     out
 }
 

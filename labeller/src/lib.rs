@@ -17,6 +17,7 @@
 //! - [`generate`]: request bodies drawn from the contest data generator's distributions.
 //! - [`adversarial`]: queries built from the references to hit the tie rules.
 //! - [`csv`]: the contest's CSV test-set layout, written from bodies and answers.
+//! - [`edits`]: removals and relabels applied to the references (the corrected file).
 //! - [`invert`]: a request body for a given vector (to send an adversarial query over HTTP).
 //! - [`sample`]: the labelled sample a deployment is checked with before it takes traffic.
 //!
@@ -24,6 +25,7 @@
 
 pub mod adversarial;
 pub mod csv;
+pub mod edits;
 pub mod generate;
 pub mod invert;
 pub mod payload;

@@ -74,6 +74,13 @@ enum Command {
         /// Label against any references (a synthetic set).
         #[arg(long)]
         any_references: bool,
+        /// The new references of the deployed index's deltas, in order (after REFERENCES).
+        #[arg(long)]
+        delta_references: Vec<PathBuf>,
+        /// The edits of its deltas, in order (`index-pack delta --edits`): the sample is
+        /// labelled over the edited set and hits the edited references.
+        #[arg(long)]
+        edits: Vec<PathBuf>,
         #[arg(long, default_value_t = 2026)]
         seed: u64,
         #[arg(long)]
@@ -84,6 +91,27 @@ enum Command {
     GenerateReferences {
         #[arg(long)]
         count: usize,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write an edits file (`labeller::edits`) that removes REMOVE and relabels RELABEL distinct
+    /// references of the set drawn at random (seeded; a relabel flips the label): a day's
+    /// chargebacks and erasures for measurements and tests.
+    GenerateEdits {
+        /// The set's references files, in order (a base's, then its deltas' new ones).
+        #[arg(long, required = true)]
+        references: Vec<PathBuf>,
+        /// Draw only positions in FROM..TO (default: the whole set).
+        #[arg(long, default_value_t = 0)]
+        from: u32,
+        #[arg(long)]
+        to: Option<u32>,
+        #[arg(long)]
+        remove: usize,
+        #[arg(long)]
+        relabel: usize,
         #[arg(long)]
         seed: u64,
         #[arg(long)]
@@ -131,23 +159,52 @@ fn main() -> Result<()> {
             any_references,
         } => generate_csv(count, seed, &out, &references, !any_references),
         Command::GenerateReferences { count, seed, out } => generate_references(count, seed, &out),
-        Command::DeploySample {
+        Command::GenerateEdits {
             references,
-            any_references,
+            from,
+            to,
+            remove,
+            relabel,
             seed,
             out,
         } => {
-            let refs = references::read(&references, !any_references)?;
+            let (edited, _) =
+                labeller::edits::read_set(&references[0], false, &references[1..], &[])?;
+            let refs = edited.refs;
+            let range = from..to.unwrap_or(refs.len() as u32);
+            let text = labeller::edits::draw(&refs, range, remove, relabel, seed)?;
+            std::fs::write(&out, text)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            eprintln!(
+                "wrote {remove} removals and {relabel} relabels to {}",
+                out.display()
+            );
+            Ok(())
+        }
+        Command::DeploySample {
+            references,
+            any_references,
+            delta_references,
+            edits,
+            seed,
+            out,
+        } => {
+            let (edited, targets) =
+                labeller::edits::read_set(&references, !any_references, &delta_references, &edits)?;
+            let refs = edited.refs;
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let cases = labeller::sample::build(&refs, seed, threads);
+            let cases = labeller::sample::build(&refs, &targets, seed, threads);
             let kinds = |k: &str| cases.iter().filter(|c| c.kind == k).count();
             eprintln!(
-                "{} cases: {} approved, {} denied, {} edge, {} tie, {} bad request",
+                "{} cases: {} approved, {} denied, {} edge, {} tie, {} edited, {} edited_tie, {} \
+                 bad request",
                 cases.len(),
                 kinds("approved"),
                 kinds("denied"),
                 kinds("edge"),
                 kinds("tie"),
+                kinds("edited"),
+                kinds("edited_tie"),
                 kinds("bad_request")
             );
             std::fs::write(&out, serde_json::to_string_pretty(&cases)? + "\n")

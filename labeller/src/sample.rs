@@ -1,7 +1,8 @@
 //! The labelled sample a deployment is checked with before it takes traffic (the PreTraffic hook
 //! of `deploy-hook`): request bodies with the labeller's answers over the references the new
 //! index was built from, covering both decisions, the vote's edge (3 frauds of 5), ties across
-//! 5th place, and a body that must be refused.
+//! 5th place, requests that hit references an edit removed or relabelled (when the set was
+//! edited), and a body that must be refused.
 //!
 //! The ties are adversarial queries ([`crate::adversarial`], kind `Tie`) turned into bodies
 //! ([`crate::invert::body_for`]): realistic requests almost never tie at 5th place (none in the
@@ -16,8 +17,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SampleCase {
     pub name: String,
-    /// `approved`, `denied`, `edge` (3 frauds of 5), `tie` (a tie across 5th place), or
-    /// `bad_request`.
+    /// `approved`, `denied`, `edge` (3 frauds of 5), `tie` (a tie across 5th place), `edited`
+    /// or `edited_tie` ([`build`]), or `bad_request`.
     pub kind: String,
     /// The `POST /fraud-score` body.
     pub body: String,
@@ -32,11 +33,24 @@ const PER_KIND: usize = 6;
 
 /// The sample for `refs`: up to [`PER_KIND`] cases of each decided kind drawn from generated
 /// requests and adversarial ties (seeded), labelled by brute force, and one malformed body.
-pub fn build(refs: &References, seed: u64, threads: usize) -> Vec<SampleCase> {
+/// With `edited` (the references edits removed or relabelled, [`adversarial::around`]), also
+/// up to [`PER_KIND`] `edited` cases (requests on them) and `edited_tie` ones (ties across 5th
+/// place with one in reach).
+pub fn build(
+    refs: &References,
+    edited: &[adversarial::Target],
+    seed: u64,
+    threads: usize,
+) -> Vec<SampleCase> {
     let mut bodies: Vec<(Kind, String)> = generate::payloads(400, seed)
         .into_iter()
         .map(|b| (Kind::Copy, b))
         .collect();
+    for (kind, k) in adversarial::around(refs, edited, 8 * PER_KIND, threads) {
+        if let Some(body) = invert::body_for(&adversarial::real(&k)) {
+            bodies.push((kind, body));
+        }
+    }
     for (kind, k) in adversarial::queries(refs, 200, seed, threads) {
         if kind == Kind::Tie {
             if let Some(body) = invert::body_for(&adversarial::real(&k)) {
@@ -57,6 +71,8 @@ pub fn build(refs: &References, seed: u64, threads: usize) -> Vec<SampleCase> {
         let name = match (*kind, tie, frauds) {
             (Kind::Tie, true, _) => "tie",
             (Kind::Tie, false, _) => continue,
+            (Kind::OnEdited, _, _) => "edited",
+            (Kind::TieOnEdited, _, _) => "edited_tie",
             (_, _, 3) => "edge",
             (_, _, f) if f < 3 => "approved",
             _ => "denied",

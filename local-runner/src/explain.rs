@@ -30,9 +30,12 @@ pub struct Args {
     /// seconds) and fail if they differ.
     #[arg(long)]
     pub oracle: bool,
-    /// The references file for `--oracle`.
+    /// The references files for `--oracle`: the base's, then each delta's new references.
     #[arg(long, default_value = "resources/references.json.gz")]
-    pub references: PathBuf,
+    pub references: Vec<PathBuf>,
+    /// The deltas' edits files for `--oracle`, in order (`index-pack delta --edits`).
+    #[arg(long)]
+    pub edits: Vec<PathBuf>,
 }
 
 /// The names of the 14 dimensions (SPEC.md), in order.
@@ -56,7 +59,8 @@ pub const DIMENSIONS: [&str; 14] = [
 /// One neighbour as printed.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct Near {
-    /// Position in the whole set (0-based): in references.json, then in the deltas' files.
+    /// Position in the whole set (0-based): in references.json, then in the deltas' files (a
+    /// removed reference is never one; positions do not move).
     pub index: u32,
     pub label: &'static str,
     /// Exact squared distance, as a decimal.
@@ -138,7 +142,7 @@ pub fn render(e: &Explanation) -> String {
             if i == 0 { "index:" } else { "delta:" },
             id.references,
             id.first_position,
-            id.first_position + id.references,
+            id.end_position,
             id.part,
             id.references_sha256,
             id.format_version,
@@ -191,19 +195,28 @@ pub fn read_body(file: Option<&Path>) -> Result<Vec<u8>> {
     Ok(body)
 }
 
-/// The labeller's 5 neighbours of `body`, checked against the search's.
-pub fn check_with_oracle(e: &Explanation, body: &[u8], references: &Path) -> Result<()> {
+/// The labeller's 5 neighbours of `body` over the set `references` and `edits` describe
+/// (`labeller::edits`), checked against the search's.
+pub fn check_with_oracle(
+    e: &Explanation,
+    body: &[u8],
+    references: &[PathBuf],
+    edits: &[PathBuf],
+) -> Result<()> {
     let q = labeller::payload::query(body).map_err(|m| anyhow::anyhow!("labeller: {m}"))?;
-    let refs = labeller::references::read(references, false)?;
-    let hits = labeller::scan::nearest(&refs, &q);
-    let want: Vec<u32> = hits.iter().map(|h| h.index).collect();
+    let Some((base, added)) = references.split_first() else {
+        bail!("--oracle needs the references files");
+    };
+    let (set, _) = labeller::edits::read_set(base, false, added, edits)?;
+    let hits = labeller::scan::nearest(&set.refs, &q);
+    let want: Vec<u32> = hits.iter().map(|h| set.position(h.index)).collect();
     let got: Vec<u32> = e.neighbours.iter().map(|n| n.index).collect();
     if want != got {
         bail!("the labeller's neighbours are {want:?}, the search's {got:?}");
     }
     eprintln!(
         "labeller: the same 5 neighbours, by brute force over {} references",
-        refs.len()
+        set.refs.len()
     );
     Ok(())
 }
@@ -227,7 +240,7 @@ pub fn run(scorer: &Scorer, index: &[Identity], args: &Args) -> Result<()> {
         print!("{}", render(&e));
     }
     if args.oracle {
-        check_with_oracle(&e, &body, &args.references)?;
+        check_with_oracle(&e, &body, &args.references, &args.edits)?;
     }
     Ok(())
 }

@@ -44,9 +44,9 @@ enum Command {
         /// Required when built without the `embedded-index` feature (or give `--shard`).
         #[arg(long, conflicts_with = "shard")]
         index: Option<PathBuf>,
-        /// A delta searched with the index (repeatable; in any order: they are ordered by
-        /// position and must extend the index).
-        #[arg(long, conflicts_with = "shard")]
+        /// A delta searched with the index, or with the shard it extends (repeatable; in any
+        /// order: they are put in the order they were packed, and must extend their base).
+        #[arg(long)]
         delta: Vec<PathBuf>,
         /// The shards of a split set (repeatable), searched each on its own and merged as a
         /// front merges them, instead of one index.
@@ -156,12 +156,35 @@ fn main() -> Result<()> {
                 .iter()
                 .map(|b| format::verify_deep(b).and_then(|_| format::open_with_footer(b)))
                 .collect::<Result<Vec<_>, _>>()?;
-            opened_deltas.sort_by_key(|o| o.index.header.first_position.to_native());
+            // By base, then in the order they were packed.
+            opened_deltas.sort_by_key(|o| (o.base_ref_crc32(), o.chain_order()));
             let target = if !shards.is_empty() {
+                // Each shard with the deltas packed for it.
                 let searchers = shards
                     .iter()
-                    .map(|b| checked(b))
+                    .map(|b| {
+                        let crc = format::Footer::read(b)?.crc32;
+                        // Sorted by base: a shard's deltas are contiguous.
+                        let mine = |d: &format::Opened| d.base_ref_crc32() == crc;
+                        let start = opened_deltas.iter().position(mine).unwrap_or(0);
+                        let end = start
+                            + opened_deltas[start..]
+                                .iter()
+                                .take_while(|d| mine(d))
+                                .count();
+                        Ok(checked(b)?.with_deltas(
+                            format::Footer::read(b)?,
+                            &opened_deltas[start..end],
+                            format::Serving::Shard,
+                        )?)
+                    })
                     .collect::<Result<Vec<_>>>()?;
+                let used: usize = searchers.iter().map(|s| s.deltas().len()).sum();
+                anyhow::ensure!(
+                    used == opened_deltas.len(),
+                    "{} of the deltas extend none of the shards given",
+                    opened_deltas.len() - used
+                );
                 neighbours::Target::Shards(function::shard::InProcess(searchers))
             } else {
                 let (searcher, footer) = match &base_bytes {
@@ -191,7 +214,10 @@ fn main() -> Result<()> {
                 neighbours::Target::Searcher(s) => Scorer::new(*s),
                 neighbours::Target::Shards(shards) => Scorer::remote(shards),
             };
-            let source_sha256 = target.sources().first().cloned().unwrap_or_default();
+            let source_sha256 = match target.inputs().first() {
+                Some(neighbours::Input::References(s)) => s.clone(),
+                _ => String::new(),
+            };
             let report = verify::run(&scorer, &file, &source_sha256, show)?;
             eprintln!(
                 "total {}  TP {}  TN {}  FP {}  FN {}  errors {}  score mismatches {}",

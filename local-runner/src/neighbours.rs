@@ -22,7 +22,7 @@
 use anyhow::{bail, Context, Result};
 use function::shard::InProcess;
 use function::{payload, vector, Searcher};
-use index_pack::format::{hex, ArchivedPart};
+use index_pack::format::{hex, ArchivedIndex, ArchivedPart};
 use labeller::adversarial::{self, Kind};
 use labeller::{scan, Query};
 use std::path::{Path, PathBuf};
@@ -51,25 +51,45 @@ impl Target<'_> {
         }
     }
 
-    /// The digests of the references files the labeller must read, in order.
-    pub fn sources(&self) -> Vec<String> {
+    /// The files the labeller must read, in order, with the digests the indexes record: the
+    /// references files of the parts that add references (a compacted base's folded deltas
+    /// included) and the edits files of those that edit.
+    pub fn inputs(&self) -> Vec<Input> {
+        let mut out = Vec::new();
+        let chain = |base: &ArchivedIndex, deltas: &[&ArchivedIndex], out: &mut Vec<Input>| {
+            let set = match &base.header.part {
+                ArchivedPart::Shard { set_sha256, .. } => set_sha256,
+                _ => &base.header.source_sha256,
+            };
+            let refs = Input::References(hex(set));
+            if !out.contains(&refs) {
+                out.push(refs);
+            }
+            for f in base.header.folded.iter() {
+                out.extend(Input::of(&f.source_sha256, &f.edits_sha256));
+            }
+            for d in deltas {
+                let h = &d.header;
+                let added = h.end_position != h.first_position;
+                let source = if added { h.source_sha256 } else { [0; 32] };
+                if let ArchivedPart::Delta { edits_sha256, .. } = &h.part {
+                    out.extend(Input::of(&source, edits_sha256));
+                }
+            }
+        };
         match self {
-            Target::Searcher(s) => std::iter::once(s.index())
-                .chain(s.deltas().iter().map(|d| d.index))
-                .map(|i| hex(&i.header.source_sha256))
-                .collect(),
-            Target::Shards(s) => {
-                let mut sets: Vec<String> =
-                    s.0.iter()
-                        .map(|s| match &s.index().header.part {
-                            ArchivedPart::Shard { set_sha256, .. } => hex(set_sha256),
-                            _ => hex(&s.index().header.source_sha256),
-                        })
-                        .collect();
-                sets.dedup();
-                sets
+            Target::Searcher(s) => {
+                let deltas: Vec<_> = s.deltas().iter().map(|d| d.index).collect();
+                chain(s.index(), &deltas, &mut out);
+            }
+            Target::Shards(shards) => {
+                for s in &shards.0 {
+                    let deltas: Vec<_> = s.deltas().iter().map(|d| d.index).collect();
+                    chain(s.index(), &deltas, &mut out);
+                }
             }
         }
+        out
     }
 
     /// One line naming what is searched.
@@ -94,6 +114,23 @@ impl Target<'_> {
     }
 }
 
+/// A file the labeller reads, named by the SHA-256 (hex) its index records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    References(String),
+    Edits(String),
+}
+
+impl Input {
+    /// What a delta (or a folded one) was packed from: its references file, its edits file,
+    /// either or both (zeros: none).
+    fn of(source: &[u8; 32], edits: &[u8; 32]) -> impl Iterator<Item = Input> {
+        let refs = (*source != [0; 32]).then(|| Input::References(hex(source)));
+        let edits = (*edits != [0; 32]).then(|| Input::Edits(hex(edits)));
+        refs.into_iter().chain(edits)
+    }
+}
+
 /// The options of `verify --neighbours`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -105,6 +142,10 @@ pub struct Args {
         default_value = "resources/references.json.gz"
     )]
     pub references: Vec<PathBuf>,
+    /// The edits files (`index-pack delta --edits`) of the deltas that remove or relabel, in
+    /// order; the labeller applies them itself (`labeller::edits`).
+    #[arg(long, requires = "neighbours")]
+    pub edits: Vec<PathBuf>,
     /// Compare only this many entries of the file, evenly spread (default: all).
     #[arg(long, requires = "neighbours")]
     pub sample: Option<usize>,
@@ -229,12 +270,27 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
     }
     report.generated = args.generated as u64;
 
-    let sources = searcher.sources();
-    if sources.len() != args.references.len() {
+    let inputs = searcher.inputs();
+    let wanted = |kind: fn(&Input) -> Option<&String>| -> Vec<String> {
+        inputs.iter().filter_map(kind).cloned().collect()
+    };
+    let sources = wanted(|i| match i {
+        Input::References(s) => Some(s),
+        Input::Edits(_) => None,
+    });
+    let edit_sources = wanted(|i| match i {
+        Input::Edits(s) => Some(s),
+        Input::References(_) => None,
+    });
+    if sources.len() != args.references.len() || edit_sources.len() != args.edits.len() {
         bail!(
-            "{} references files for {} indexes (a base and its deltas take one each, in order; shards one in all)",
+            "{} references files and {} edits files for indexes packed from {} and {}: give \
+             the base's references, then each delta's new references (--references) and edits \
+             (--edits), in order; shards take the set's references once, and their deltas' edits",
             args.references.len(),
-            sources.len()
+            args.edits.len(),
+            sources.len(),
+            edit_sources.len()
         );
     }
     let mut refs = labeller::References::default();
@@ -258,9 +314,32 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
             refs.fraud.extend(part.fraud);
         }
     }
+    let mut edits = Vec::new();
+    for (path, want) in args.edits.iter().zip(&edit_sources) {
+        let e = labeller::edits::Edits::read(path)?;
+        if &e.sha256 != want {
+            bail!(
+                "{} has SHA-256 {}, the delta was packed from {want}",
+                path.display(),
+                e.sha256
+            );
+        }
+        edits.push(e);
+    }
+    // The references edits changed, where they were: queried on, and tied around.
+    let changed = labeller::edits::changed(&refs, &edits);
+    let edited = labeller::edits::Edited::apply(refs, &edits)?;
+    let refs = &edited.refs;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if args.adversarial > 0 {
-        let built = adversarial::queries(&refs, args.adversarial, args.seed, threads);
+        let mut built = adversarial::queries(refs, args.adversarial, args.seed, threads);
+        let targets = edited.targets(&changed);
+        built.extend(adversarial::around(
+            refs,
+            &targets,
+            args.adversarial,
+            threads,
+        ));
         for (i, (kind, k)) in built.iter().enumerate() {
             *report
                 .adversarial_kinds
@@ -290,14 +369,18 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
     );
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
     let queries: Vec<Query> = cases.iter().map(|c| c.real).collect();
-    let oracle = scan::nearest_many(&refs, &queries, scan::K + 1, threads, &|n| {
+    let oracle = scan::nearest_many(refs, &queries, scan::K + 1, threads, &|n| {
         bar.set_position(n as u64)
     });
     bar.finish_and_clear();
 
     for (case, hits) in cases.iter().zip(&oracle) {
         report.compared += 1;
-        let want: Vec<u32> = hits.iter().take(scan::K).map(|h| h.index).collect();
+        let want: Vec<u32> = hits
+            .iter()
+            .take(scan::K)
+            .map(|h| edited.position(h.index))
+            .collect();
         let got: Vec<u32> = searcher.nearest(&case.fixed);
         if got != want {
             report.neighbour_differences += 1;
@@ -316,7 +399,7 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
             ));
         }
         let k = case.fixed.map(i64::from);
-        if adversarial::tie_across_fifth(&refs, &k, hits) {
+        if adversarial::tie_across_fifth(refs, &k, hits) {
             report.ties_across_fifth += 1;
             if hits[scan::K].index < hits[scan::K - 1].index {
                 report.ties_decided_by_f64 += 1;

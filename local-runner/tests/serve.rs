@@ -190,7 +190,7 @@ fn metrics_count_what_was_answered() {
         .find(|s| s.metric == "fraud_index_info")
         .unwrap();
     assert_eq!(info.labels.get("references"), Some("3000000"));
-    assert_eq!(info.labels.get("format_version"), Some("5"));
+    assert_eq!(info.labels.get("format_version"), Some("6"));
     assert!(after
         .iter()
         .filter(|s| s.metric.ends_with("_total"))

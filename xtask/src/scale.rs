@@ -1,5 +1,7 @@
-//! `cargo xtask scale` (docs/SCALING.md, CI-sized): a synthetic set packed, embedded, held exact,
-//! shipped beside the binary (which refuses other files), served; CI runs it last (it rebuilds).
+//! `cargo xtask scale` (docs/SCALING.md, CI-sized): a synthetic set packed, embedded, held exact
+//! (alone; in 3 shards, one edited by a delta of its own; with a delta of new references and one
+//! of removals and relabels; that chain compacted), shipped beside the binary (which refuses
+//! other files), served; CI runs it last (it rebuilds).
 
 use crate::lambda::{hook, package, sam};
 use crate::prelude::*;
@@ -49,10 +51,19 @@ pub fn neighbours_of(bin: &Path, paths: &[(&str, &Path)], seed: u64) -> Result<N
     util::last_json(&out, "local-runner verify --neighbours")
 }
 
-/// Every query compared, and no difference.
+/// Every query compared (edits add adversarial queries around the edited references), and no
+/// difference.
 pub fn exact(n: &Neighbours) -> bool {
-    (n.generated, n.adversarial, n.compared) == (GENERATED, ADVERSARIAL, GENERATED + ADVERSARIAL)
+    n.generated == GENERATED
+        && n.adversarial >= ADVERSARIAL
+        && n.compared == n.generated + n.adversarial
         && n.differences() == 0
+}
+
+/// [`exact`], with queries on edited references and ties across 5th place with one in reach.
+fn exact_around_edits(n: &Neighbours) -> bool {
+    let kind = |k: &str| n.adversarial_kinds.get(k).copied().unwrap_or(0);
+    exact(n) && kind("on_edited") > 0 && kind("tie_on_edited") > 0
 }
 
 #[derive(Serialize, Default)]
@@ -67,17 +78,21 @@ struct Report {
     served: usize,
     served_wrong: usize,
     first_wrong: Option<String>,
-    /// The set split into 3 shards, merged as a front merges them.
+    /// The set split into 3 shards, merged as a front merges them, shard 1 with an edit delta.
     shards: Neighbours,
-    /// A delta of [`DELTA`] new references searched with the index as its base.
+    /// The index with a delta of [`DELTA`] new references and one of [`EDITS`] removals and as
+    /// many relabels over the base and the first delta.
     delta: Neighbours,
+    /// That chain compacted into one base (`index-pack compact`).
+    compacted: Neighbours,
     /// The hook (its sample the contest's) against this set's bootstrap: its report, first wrong.
     hook_status: Option<String>,
     hook_first_wrong: Option<String>,
 }
 
-/// References in the CI-sized delta.
+/// References in the CI-sized delta, and removals (and relabels) in the edit deltas.
 const DELTA: usize = 30_000;
+const EDITS: usize = 300;
 
 pub fn run(a: Args) -> Result<()> {
     let (t, dir) = (Instant::now(), util::xtask_dir("scale")?);
@@ -106,26 +121,60 @@ pub fn run(a: Args) -> Result<()> {
     let run = hook::run(&sam::Tools::ensure()?.rie, &scorer, &hook_dir, &dir)?;
     r.hook_status = run.status().map(String::from);
     r.hook_first_wrong = run.answer["first_wrong"].as_str().map(String::from);
-    log!("scale: 3 shards of the set, and a delta of {DELTA} references over it");
+    log!("scale: 3 shards of the set, shard 1 edited; a delta of {DELTA} references, one of edits");
     let shards = dir.join("shards");
     let paths = [("--references", refs.as_path()), ("--output-dir", &shards)];
     util::run(&util::command(&index_pack, "split --count 3 --accept-any-references", &paths))?;
     let shard = |k| shards.join(format!("shard-{k}-of-3.idx"));
     let (s0, s1, s2) = (shard(0), shard(1), shard(2));
-    let paths =
-        [("--references", refs.as_path()), ("--shard", &s0), ("--shard", &s1), ("--shard", &s2)];
+    // Edits that fall in shard 1 only: its own delta.
+    let (third, s1_edits, s1_delta) =
+        (a.references / 3, dir.join("shard-1-edits.json"), dir.join("shard-1-edits.idx"));
+    let words = format!(
+        "generate-edits --from {third} --to {} --remove {EDITS} --relabel {EDITS} --seed {}",
+        2 * third,
+        a.seed
+    );
+    util::run(&util::command(&labeller, &words, &[("--references", &refs), ("--out", &s1_edits)]))?;
+    let paths = [("--base", s1.as_path()), ("--edits", &s1_edits), ("--output", &s1_delta)];
+    util::run(&util::command(&index_pack, "delta", &paths))?;
+    let paths = [
+        ("--references", refs.as_path()),
+        ("--shard", &s0),
+        ("--shard", &s1),
+        ("--shard", &s2),
+        ("--delta", &s1_delta),
+        ("--edits", &s1_edits),
+    ];
     r.shards = neighbours_of(&local_runner, &paths, a.seed)?;
     let (new, delta) = (dir.join("delta.json.gz"), dir.join("delta.idx"));
     draw(&labeller, DELTA, a.seed + 1, &new)?;
     let paths = [("--base", index.as_path()), ("--references", &new), ("--output", &delta)];
     util::run(&util::command(&index_pack, "delta", &paths))?;
+    let (edits, edit_delta) = (dir.join("edits.json"), dir.join("edits.idx"));
+    let words = format!("generate-edits --remove {EDITS} --relabel {EDITS} --seed {}", a.seed + 2);
+    let paths = [("--references", refs.as_path()), ("--references", &new), ("--out", &edits)];
+    util::run(&util::command(&labeller, &words, &paths))?;
     let paths = [
-        ("--index", index.as_path()),
-        ("--delta", &delta),
-        ("--references", &refs),
-        ("--references", &new),
+        ("--base", index.as_path()),
+        ("--after", &delta),
+        ("--edits", &edits),
+        ("--output", &edit_delta),
     ];
-    r.delta = neighbours_of(&local_runner, &paths, a.seed)?;
+    util::run(&util::command(&index_pack, "delta", &paths))?;
+    let oracle = [("--references", refs.as_path()), ("--references", &new), ("--edits", &edits)];
+    let chain = [("--index", index.as_path()), ("--delta", &delta), ("--delta", &edit_delta)];
+    r.delta = neighbours_of(&local_runner, &[&chain[..], &oracle[..]].concat(), a.seed)?;
+    let compacted = dir.join("compacted.idx");
+    let paths = [
+        ("--base", index.as_path()),
+        ("--delta", &delta),
+        ("--delta", &edit_delta),
+        ("--output", &compacted),
+    ];
+    util::run(&util::command(&index_pack, "compact", &paths))?;
+    let paths = [&[("--index", compacted.as_path())][..], &oracle[..]].concat();
+    r.compacted = neighbours_of(&local_runner, &paths, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;
     let served = Served::start(&beside, &dir.join("serve.log"))?;
     let entries = util::entries_of(&tests)?;
@@ -136,17 +185,20 @@ pub fn run(a: Args) -> Result<()> {
     let refused = matches!(&r.file_form_refusals[..], [length, footer]
         if length.contains("built with an index of") && footer.contains("its footer"));
     let hook_failed = r.hook_status.as_deref() == Some("Failed") && r.hook_first_wrong.is_some();
-    let searched = exact(nb) && exact(&r.shards) && exact(&r.delta);
+    let searched = exact(nb)
+        && exact_around_edits(&r.shards)
+        && exact_around_edits(&r.delta)
+        && exact_around_edits(&r.compacted);
     let answered = r.served == a.served && r.served_wrong == 0;
     let hook = match (&r.hook_status, &r.hook_first_wrong) {
         (Some(s), Some(w)) => format!("{s}, first wrong {w}"),
         (s, _) => format!("{s:?} WITHOUT A WRONG ANSWER NAMED"),
     };
     let figures = format!(
-        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {} queries against the labeller, {} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; 3 shards: {} differences; a delta of {DELTA}: {} differences; the hook of the contest's sample against this index: {hook}; {:.0} s",
+        "{} references, {} bytes packed in {:.1} s, embedded in {:.0} s; {} queries against the labeller, {} differences; beside the binary (built in {:.0} s) {}; {}/{} served answers right; 3 shards, one edited: {} differences; a delta of {DELTA} and one of {EDITS} removals and relabels: {} differences, compacted: {} differences; the hook of the contest's sample against this index: {hook}; {:.0} s",
         r.references, r.pack.bytes, r.pack.total_s, r.build_s, nb.compared, nb.differences(), r.file_build_s,
         if refused { "other files refused" } else { "OTHER FILES NOT REFUSED" },
-        r.served - r.served_wrong, r.served, r.shards.differences(), r.delta.differences(), t.elapsed().as_secs_f64()
+        r.served - r.served_wrong, r.served, r.shards.differences(), r.delta.differences(), r.compacted.differences(), t.elapsed().as_secs_f64()
     );
     util::verdict("scale", searched && refused && answered && hook_failed, &figures, &r)
 }

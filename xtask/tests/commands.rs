@@ -18,7 +18,7 @@ fn the_command_line_is_consistent() {
 #[test]
 fn the_steps_and_their_order() {
     let names = |quick| util::list(steps(quick), |s| s.0.to_string());
-    assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission, scale");
+    assert_eq!(names(false), "fmt, build, test, verify, fuzz, shipped build, lambda, stack smoke, stack chaos, stack overload, stack attack, stack submission, shards faults, scale");
     assert_eq!(names(true), "fmt, build, test, verify");
     let (s, quick) = (steps(false), steps(true));
     assert_eq!(

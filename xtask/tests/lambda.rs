@@ -227,11 +227,13 @@ fn emf(approved: u64, bad: u64) -> String {
         references_sha256: "ab".into(),
         references: 3_000_000,
         first_position: 0,
+        end_position: 3_000_000,
         part: index_pack::format::SetPart::Whole,
-        format_version: 5,
+        format_version: 6,
         codec: "i16".into(),
         crc32: "0000000f".into(),
         packer: "index-pack 0.1.0".into(),
+        edited_by: Vec::new(),
     };
     let emitter = function::metrics::Emitter { function: FUNCTION_NAME, version: EMULATED_VERSION };
     counts.emf(&emitter, &[index], 1).join("\n") + "\n"
@@ -287,6 +289,7 @@ fn gathered(mismatch: bool) -> Gathered {
         package: Ok(package),
         emulated: Some(Ok(Emulated { session, cases, events: 1, expected, settings })),
         hook: Some(Ok(hook_run("Succeeded", 0))),
+        edited: Some(Ok((hook_run("Succeeded", 0), hook_run("Failed", 1)))),
         sam_build: Some(Ok((".aws-sam/build/FraudScoreFunction/bootstrap".into(), sha))),
     }
 }
@@ -296,10 +299,10 @@ fn a_clean_run_passes_every_step_and_reports_its_figures() {
     let j = judge(&gathered(false), false, 175.0);
     let failed: Vec<_> = j.steps.iter().filter(|s| !s.ok).collect();
     assert!(failed.is_empty(), "{failed:?}");
-    assert_eq!(j.steps.len(), 12);
+    assert_eq!(j.steps.len(), 13);
     assert_eq!(
         j.figures,
-        "12/12 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
+        "13/13 steps; events 1/1; replay 2 payloads, 0 mismatches; logs: 1 init + 1 failure lines for 1 failed requests; \
          cold first invocation 16.7 ms (INIT REPORT 14.20 ms); warm Duration p50 0.50 ms p99 0.90 ms; \
          package 44.0 MB zipped, 92.0 MB unzipped; sam build sha256 = tested (198e69c5fa0e); 175 s"
     );
@@ -331,6 +334,11 @@ fn a_wrong_answer_or_another_binary_fails_its_step() {
     let step = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name.contains("hook"));
     let step = step.unwrap();
     assert!(!step.ok && step.result.contains("first wrong: edge-1"), "{step:?}");
+    // A hook over the edited set that passes the base without the delta has not tested it.
+    let mut g = gathered(false);
+    g.edited = Some(Ok((hook_run("Succeeded", 0), hook_run("Succeeded", 0))));
+    let step = judge(&g, false, 1.0).steps.into_iter().find(|s| s.name.contains("edit delta"));
+    assert!(step.is_some_and(|s| !s.ok));
     let mut g = gathered(false);
     g.sam_build = None;
     assert!(judge(&g, true, 1.0).figures.contains("sam build LEFT OUT (--no-sam-build)"));

@@ -436,11 +436,13 @@ fn identity() -> Identity {
         references_sha256: "ab".repeat(32),
         references: 3_000_000,
         first_position: 0,
+        end_position: 3_000_000,
         part: SetPart::Whole,
-        format_version: 5,
+        format_version: 6,
         codec: "i16".into(),
         crc32: "df6362c1".into(),
         packer: "index-pack".into(),
+        edited_by: Vec::new(),
     }
 }
 

@@ -137,6 +137,14 @@ fn serve(started: Instant, process: &'static Process) -> Result<(), Error> {
             function::lambda::serve_http(scorer, process, Metrics::from_env(index)?)
         }
         None => {
+            // A shard answers with its edits in its identity (`Identity::edited`).
+            let identity = if deltas.is_empty() {
+                identity
+            } else {
+                let edits: Vec<Identity> = deltas.iter().map(Identity::of).collect();
+                let live = u32::try_from(searcher.references()).expect("positions are 31 bits");
+                identity.edited(&edits, live)
+            };
             let identity: &'static Identity = Box::leak(Box::new(identity));
             function::lambda::serve_events(process, move |request: NearestRequest| {
                 shard::answer(&searcher, identity, &request)

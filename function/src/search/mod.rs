@@ -44,6 +44,9 @@
 //!
 //! There is no heuristic early stop: the work adapts to the query, the answer does not.
 //!
+//! A row that a later delta removes or relabels (`index_pack::chain`) is skipped when its block
+//! is scanned; the boxes above it still cover it, so every lower bound stays a lower bound.
+//!
 //! The search is bound by memory latency (the index is 91.7 MB), so the boxes of a child and the
 //! rows of a block are prefetched when they enter the heap, before they are needed;
 //! prefetches are hints and cannot change an answer.
@@ -55,12 +58,12 @@ pub use kernels::Avx2;
 pub use kernels::{Kernels, Prepared, Scalar};
 
 use crate::hint::prefetch;
-use index_pack::codec;
 use index_pack::format::{
     check_composition, clamp_query, ArchivedCodes, ArchivedIndex, Bounds, BoundsGroup, ChildRef,
     F16Group, Footer, FormatError, I16Group, Opened, Serving, Verified, BLOCK_BIT, DIMS,
     GROUP_ROWS, KEYS, KEY_DIMS, LANES, MAX_DISTANCE, NO_CHILD, ROW_DIMS, SCALE,
 };
+use index_pack::{chain, codec};
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -198,6 +201,9 @@ impl Trust {
 struct Parts<'a> {
     base: &'a ArchivedIndex,
     deltas: &'a [Opened<'a>],
+    /// By part, the slots whose row a later delta hides (`chain::hidden_rows`); empty when no
+    /// delta removes or relabels.
+    hidden: &'a [Vec<u64>],
 }
 
 impl<'a> Parts<'a> {
@@ -211,6 +217,12 @@ impl<'a> Parts<'a> {
 
     fn len(&self) -> usize {
         1 + self.deltas.len()
+    }
+
+    /// The hidden-slot bitmap of a part (empty: none hidden).
+    #[inline(always)]
+    fn hidden(&self, part: u8) -> &'a [u64] {
+        self.hidden.get(part as usize).map_or(&[], |b| b.as_slice())
     }
 }
 
@@ -240,6 +252,7 @@ impl<'a> Searcher<'a> {
             parts: Parts {
                 base: index,
                 deltas: &[],
+                hidden: &[],
             },
             params,
             simd: Simd::Scalar,
@@ -273,8 +286,13 @@ impl<'a> Searcher<'a> {
     /// which must extend it in order, served as `serving` says (`format::check_composition`:
     /// a whole set and the deltas packed for it, at the positions that follow it; or a shard
     /// alone). The search then walks all of them at once, with one running top 5 (so parking
-    /// stays exact across them), and the answers are those of the labeller over the base's
-    /// references followed by the deltas'.
+    /// stays exact across them), and the answers are those of the labeller over the set they
+    /// describe (`index_pack::chain`): the base's references followed by the deltas', less
+    /// those a delta removed, with the label a delta gave those it relabelled.
+    ///
+    /// A chain whose deltas hide rows keeps the resolved bitmaps (one bit per slot of each
+    /// part with hidden rows) for the rest of the process: a searcher over deltas is built
+    /// once, at start.
     pub fn with_deltas(
         self,
         base_footer: Footer,
@@ -288,10 +306,18 @@ impl<'a> Searcher<'a> {
         if deltas.len() >= u8::MAX as usize {
             return Err(FormatError::Composition("more than 254 deltas".into()));
         }
+        let indexes: Vec<&ArchivedIndex> = all.iter().map(|(i, _)| *i).collect();
+        let hidden = chain::hidden_rows(&indexes)?;
+        let hidden: &'a [Vec<u64>] = if hidden.iter().all(|b| b.is_empty()) {
+            &[]
+        } else {
+            Box::leak(hidden.into_boxed_slice())
+        };
         Ok(Searcher {
             parts: Parts {
                 base: self.parts.base,
                 deltas,
+                hidden,
             },
             ..self
         })
@@ -314,6 +340,21 @@ impl<'a> Searcher<'a> {
     /// The deltas searched with the base.
     pub fn deltas(&self) -> &'a [Opened<'a>] {
         self.parts.deltas
+    }
+
+    /// The references of the set searched: every part's rows less those a later delta hides.
+    pub fn references(&self) -> u64 {
+        let rows: u64 = (0..self.parts.len())
+            .map(|p| u64::from(self.parts.get(p as u8).header.n_refs.to_native()))
+            .sum();
+        let hidden: u64 = self
+            .parts
+            .hidden
+            .iter()
+            .flatten()
+            .map(|w| u64::from(w.count_ones()))
+            .sum();
+        rows - hidden
     }
 
     /// The 5 nearest references (fewer only if the index holds fewer), nearest first.
@@ -910,6 +951,7 @@ fn scan_block<S: Kernels>(
     let slots = block.n_slots.to_native() as usize;
     s.stats.rows_scanned += slots as u32;
     let end = start + slots;
+    let hidden = cx.parts.hidden(part);
     for g in start / GROUP_ROWS..end.div_ceil(GROUP_ROWS) {
         let d = match &index.codes {
             ArchivedCodes::I16(groups) => k.i16_group(i16_group(&groups[g]), prep, c),
@@ -921,8 +963,9 @@ fn scan_block<S: Kernels>(
             hits &= hits - 1;
             let slot = g * GROUP_ROWS + r;
             // Slots past the block's rows pad its last group; the check needs no id load. The
-            // threshold may have fallen since the mask was taken.
-            if slot < end && d[r] <= s.threshold() {
+            // threshold may have fallen since the mask was taken. A row a later delta hides
+            // is not in the set (a bit test, only on a hit, and only in a chain with edits).
+            if slot < end && d[r] <= s.threshold() && !chain::is_hidden(hidden, slot) {
                 // Its id is read when the candidates are ordered, which the neighbour path
                 // always does (the vote only after a tie across 5th place): start loading it.
                 if !s.park {

@@ -753,18 +753,20 @@ fn a_base_and_its_deltas_answer_as_one_set() {
         let base = format::open_with_footer(&base_bytes).unwrap();
         let mut artifacts = Vec::new();
         let mut first = base.end_position();
-        for range in [2_400..2_900, 2_900..3_000] {
+        let mut previous = base.footer.crc32;
+        for (number, range) in [2_400..2_900, 2_900..3_000].into_iter().enumerate() {
             let params = LayoutParams {
                 block_rows: 16,
                 first_position: first,
-                part: format::Part::Delta {
-                    base: base.base_ref(),
-                },
+                part: delta_part(&base, number as u32, previous, Vec::new()),
                 ..LayoutParams::default()
             };
             first += range.len() as u32;
             let index = layout::build_sampled(&cut(range), 6, &params);
             artifacts.push(format::aligned_copy(&format::to_artifact(&index)));
+            previous = format::Footer::read(artifacts.last().unwrap())
+                .unwrap()
+                .crc32;
         }
         let deltas: Vec<Opened> = artifacts
             .iter()
@@ -784,6 +786,11 @@ fn a_base_and_its_deltas_answer_as_one_set() {
         let swapped = [deltas[1], deltas[0]];
         let e = s.with_deltas(base.footer, &swapped, WHOLE).err().unwrap();
         assert!(e.to_string().contains("starts at position 2900"), "{e}");
+        let e = s
+            .with_deltas(base.footer, &deltas[1..], WHOLE)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("starts at position 2900"), "{e}");
         let other_footer = Footer {
             crc32: base.footer.crc32 ^ 1,
             ..base.footer
@@ -802,3 +809,191 @@ fn a_base_and_its_deltas_answer_as_one_set() {
 }
 
 const WHOLE: format::Serving = format::Serving::WholeSet;
+
+/// Delta `number` of `base`, packed after the part whose CRC32 is `previous`, hiding `hides`.
+fn delta_part(base: &Opened, number: u32, previous: u32, hides: Vec<u32>) -> format::Part {
+    format::Part::Delta {
+        base: base.base_ref(),
+        number,
+        previous_crc32: previous,
+        hides,
+        edits_sha256: [number as u8 + 1; 32],
+    }
+}
+
+/// The delta that follows `chain` (a base and its deltas) with `added` references and the
+/// edits, as `index-pack delta` packs it (faiss-free layout).
+fn edit_delta(
+    chain: &[Opened],
+    added: &References,
+    remove: &[u32],
+    relabel: &[(u32, bool)],
+) -> Result<AlignedVec<32>, format::FormatError> {
+    let indexes: Vec<&ArchivedIndex> = chain.iter().map(|o| o.index).collect();
+    let hidden = chain::hidden_rows(&indexes)?;
+    let rows = layout::Partitioned::from_references(added);
+    let d = chain::delta_rows(&indexes, &hidden, rows, remove, relabel)?;
+    let params = LayoutParams {
+        block_rows: 16,
+        first_position: d.first_position,
+        end_position: Some(d.end_position),
+        part: delta_part(
+            &chain[0],
+            chain.len() as u32 - 1,
+            chain.last().unwrap().footer.crc32,
+            d.hides,
+        ),
+        ..LayoutParams::default()
+    };
+    let index = layout::build_sampled_partitioned(d.rows, 5, &params);
+    let bytes = format::aligned_copy(&format::to_artifact(&index));
+    format::verify_deep(&bytes)?;
+    Ok(bytes)
+}
+
+/// Removals and relabels, in deltas after a base and an adding delta, answer as the labeller
+/// over the corrected file (removed rows gone, labels changed, positions kept): random queries
+/// and queries on every edited reference, every searcher. A removed reference is never a
+/// neighbour, not even of its own vector; a relabelled one, queried on, is the nearest and
+/// votes with its new label. Compacting the chain gives one base with the same answers. An
+/// edit of a position the set does not hold is refused when the delta is packed.
+#[test]
+fn removals_and_relabels_answer_as_the_labeller_over_the_corrected_set() {
+    for (seed, coarse) in [(31, false), (32, true)] {
+        let all = random_refs(3_000, seed, coarse);
+        let cut = |r: std::ops::Range<usize>| References {
+            vectors: all.vectors[r.clone()].to_vec(),
+            fraud: all.fraud[r].to_vec(),
+            source_sha256: [seed as u8; 32],
+        };
+        let mut artifacts = vec![small_index(&cut(0..2_500), 20, CodecKind::I16, 16)];
+        let open = |a: &[AlignedVec<32>]| -> Vec<Opened<'static>> {
+            a.iter()
+                .map(|b| {
+                    let b: &'static [u8] = Box::leak(b.to_vec().into_boxed_slice());
+                    let b: &'static AlignedVec<32> = Box::leak(Box::new(format::aligned_copy(b)));
+                    format::open_with_footer(b).unwrap()
+                })
+                .collect()
+        };
+        // Delta 0 adds 2,500..3,000; delta 1 removes and relabels in the base and in delta 0;
+        // delta 2 relabels back a row delta 1 relabelled and removes another.
+        let add = edit_delta(&open(&artifacts), &cut(2_500..3_000), &[], &[]).unwrap();
+        artifacts.push(add);
+        let flip = |p: u32| (p, !all.fraud[p as usize]);
+        let removed1 = [7, 640, 1_999, 2_501, 2_999];
+        let relabelled1 = [flip(3), flip(1_000), flip(2_600)];
+        let d1 = edit_delta(
+            &open(&artifacts),
+            &References::default(),
+            &removed1,
+            &relabelled1,
+        );
+        artifacts.push(d1.unwrap());
+        let removed2 = [1_000];
+        let relabelled2 = [(3, all.fraud[3]), flip(42)];
+        let chain = open(&artifacts);
+        let d2 = edit_delta(&chain, &References::default(), &removed2, &relabelled2).unwrap();
+        artifacts.push(d2);
+        let chain = open(&artifacts);
+
+        // Refused at pack time: a removed position, one past the end, a relabel that keeps
+        // the label, a position named twice.
+        let none = References::default();
+        for (remove, relabel, why) in [
+            (vec![640], vec![], "not in the set"),
+            (vec![3_000], vec![], "not in the set"),
+            (vec![], vec![(42, !all.fraud[42])], "already labelled"),
+            (vec![5], vec![(5, true)], "edited twice"),
+        ] {
+            let e = edit_delta(&chain, &none, &remove, &relabel).unwrap_err();
+            assert!(e.to_string().contains(why), "{remove:?} {relabel:?}: {e}");
+        }
+
+        // The labeller over the corrected file.
+        let real = |v: &[i16; DIMS]| v.map(|k| k as f64 / 10_000.0);
+        let original = labeller::References::from_rows(
+            all.vectors.iter().map(real).collect(),
+            all.fraud.clone(),
+        );
+        let edits = [
+            labeller::edits::Edits {
+                remove: removed1.to_vec(),
+                relabel: relabelled1.to_vec(),
+                sha256: String::new(),
+            },
+            labeller::edits::Edits {
+                remove: removed2.to_vec(),
+                relabel: relabelled2.to_vec(),
+                sha256: String::new(),
+            },
+        ];
+        let edited = labeller::edits::Edited::apply(original, &edits).unwrap();
+        let gone: Vec<u32> = removed1.iter().chain(&removed2).copied().collect();
+        let label = |p: u32| {
+            let i = edited.positions.binary_search(&p).unwrap();
+            edited.refs.fraud[i]
+        };
+        assert!(label(3) == all.fraud[3] && label(42) != all.fraud[42]);
+
+        let compacted = {
+            let indexes: Vec<&ArchivedIndex> = chain.iter().map(|o| o.index).collect();
+            let hidden = chain::hidden_rows(&indexes).unwrap();
+            let (rows, folded) = chain::compacted_rows(&indexes, &hidden).unwrap();
+            assert_eq!(folded.len(), 3);
+            let params = LayoutParams {
+                block_rows: 16,
+                end_position: Some(3_000),
+                folded,
+                ..LayoutParams::default()
+            };
+            let index = layout::build_sampled_partitioned(rows, 20, &params);
+            format::aligned_copy(&format::to_artifact(&index))
+        };
+        format::verify_deep(&compacted).unwrap();
+        let compacted = format::open(&compacted).unwrap();
+        assert_eq!(
+            compacted.header.n_refs.to_native() as usize,
+            3_000 - gone.len()
+        );
+
+        let mut queries: Vec<[i16; DIMS]> = gone
+            .iter()
+            .chain([3, 42, 2_600].iter())
+            .map(|&p| all.vectors[p as usize])
+            .collect();
+        let mut rng = Lcg(seed);
+        queries.extend((0..120).map(|_| random_vector(&mut rng, coarse)));
+        let base = chain[0];
+        let mut all_searchers: Vec<Searcher> = searchers(base.index)
+            .into_iter()
+            .map(|s| s.with_deltas(base.footer, &chain[1..], WHOLE).unwrap())
+            .collect();
+        all_searchers.extend(searchers(compacted));
+        for s in &all_searchers {
+            assert_eq!(s.references(), 3_000 - gone.len() as u64);
+            for q in &queries {
+                let hits = labeller::scan::nearest(&edited.refs, &real(q));
+                let want: Vec<u32> = hits.iter().map(|h| edited.position(h.index)).collect();
+                let got = s.nearest(q);
+                assert_eq!(
+                    got.iter().map(|n| n.index).collect::<Vec<_>>(),
+                    want,
+                    "{q:?}"
+                );
+                let frauds = hits.iter().filter(|h| h.fraud).count();
+                assert_eq!(s.frauds(q), frauds, "{q:?}");
+                assert!(got.iter().all(|n| !gone.contains(&n.index)));
+                for n in &got {
+                    assert_eq!(n.fraud, label(n.index), "position {}", n.index);
+                }
+            }
+            // On a relabelled reference: it is among the 5 (at distance 0), with its new label.
+            for p in [42, 2_600] {
+                let got = s.nearest(&all.vectors[p as usize]);
+                let hit = got.iter().find(|n| n.index == p).expect("at distance 0");
+                assert_eq!(hit.fraud, label(p));
+            }
+        }
+    }
+}

@@ -48,6 +48,9 @@ pub struct Gathered {
     pub emulated: Option<Result<Emulated>>,
     /// The PreTraffic hook against the package under the emulator.
     pub hook: Option<Result<hook::Run>>,
+    /// An edit delta shipped with the package: the hook, its sample labelled over the edited set,
+    /// against the package with the delta, then against the package without it.
+    pub edited: Option<Result<(hook::Run, hook::Run)>>,
     /// `.aws-sam`'s bootstrap and its SHA-256; `None` when left out.
     pub sam_build: Option<Result<(PathBuf, String)>>,
 }
@@ -86,7 +89,7 @@ pub fn run(a: CiArgs) -> Result<()> {
 fn gather(a: &CiArgs) -> Result<Gathered> {
     let tools = Tools::ensure()?;
     let (validate, package) = (tools.validate(), package::build(a.skip_build));
-    let (mut emulated, mut hook) = (None, None);
+    let (mut emulated, mut hook, mut edited) = (None, None, None);
     if let Ok(pkg) = &package {
         let mut d = sam::defaults()?;
         if let Some(flush) = &a.metrics_flush {
@@ -98,9 +101,41 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
         // The hook of the workspace build against the package, both under the emulator.
         let run = |d: PathBuf| hook::run(&tools.rie, &pkg.dir, &d, &util::xtask_dir("lambda")?);
         hook = Some(package::workspace_hook().and_then(run));
+        edited = Some(edit_delta(&tools, pkg));
     }
     let built = || tools.build().and_then(|p| Ok((p.clone(), util::sha256_file(&p)?)));
-    Ok(Gathered { validate, package, emulated, hook, sam_build: (!a.no_sam_build).then(built) })
+    let sam_build = (!a.no_sam_build).then(built);
+    Ok(Gathered { validate, package, emulated, hook, edited, sam_build })
+}
+
+/// Removals and relabels of the contest's references in a delta shipped beside the package's
+/// bootstrap (`deltas/`), checked by the hook with its sample labelled over the edited set
+/// (cases on and around the edited references among them): it must pass the package with the
+/// delta, and fail the package without it.
+fn edit_delta(tools: &Tools, pkg: &Package) -> Result<(hook::Run, hook::Run)> {
+    const EDITS: usize = 300;
+    let dir = util::xtask_dir("lambda")?.join("edited");
+    let (refs, edits, delta) = (
+        root().join("resources/references.json.gz"),
+        dir.join("edits.json"),
+        dir.join("edits.idx"),
+    );
+    let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
+    let words = format!("generate-edits --remove {EDITS} --relabel {EDITS} --seed 40");
+    util::run(&util::command(&labeller, &words, &[("--references", &refs), ("--out", &edits)]))?;
+    let paths =
+        [("--base", pkg.index_artifact.as_path()), ("--edits", &edits), ("--output", &delta)];
+    util::run(&util::command(&index_pack, "delta", &paths))?;
+    let scorer = dir.join("scorer");
+    package::copy_bootstrap(&pkg.bootstrap, &scorer)?;
+    package::ship_deltas(std::slice::from_ref(&delta), &scorer)?;
+    let hook_dir = dir.join("hook");
+    package::copy_bootstrap(&util::built("pretraffic")?, &hook_dir)?;
+    let sample = hook_dir.join("sample.json");
+    package::write_sample(&labeller, [&refs, &sample], &[], std::slice::from_ref(&edits))?;
+    let with = hook::run(&tools.rie, &scorer, &hook_dir, &dir.join("with"))?;
+    let without = hook::run(&tools.rie, &pkg.dir, &hook_dir, &dir.join("without"))?;
+    Ok((with, without))
 }
 
 fn emulate(tools: &Tools, pkg: &Package, settings: Settings, n: usize) -> Result<Emulated> {
@@ -190,6 +225,21 @@ pub fn judge(g: &Gathered, no_sam_build: bool, seconds: f64) -> Judged {
         let clean = |r: &hook::Run| r.answer["wrong"] == 0 && r.answer["cases"].as_u64() > Some(0);
         let passed = run.as_ref().is_ok_and(|r| r.status() == Some("Succeeded") && clean(r));
         j.step("PreTraffic hook passes the package", passed, show(run, said));
+        if let Some(edited) = &g.edited {
+            let ok = edited.as_ref().is_ok_and(|(with, without)| {
+                with.status() == Some("Succeeded")
+                    && clean(with)
+                    && without.status() == Some("Failed")
+            });
+            let both = |(w, wo): &(hook::Run, hook::Run)| {
+                format!("with the delta: {}; without it: {}", said(w), said(wo))
+            };
+            j.step(
+                "an edit delta: the hook passes it, fails the base alone",
+                ok,
+                show(edited, both),
+            );
+        }
     }
     if let Some(built) = &g.sam_build {
         let shown = show(built, |(p, _)| p.display().to_string());

@@ -21,6 +21,8 @@ pub struct Package {
     pub index_artifact: PathBuf,
     /// The file form: the artifact's copy beside the bootstrap (`index_pack::embed::FILE_NAME`).
     pub index_beside: Option<PathBuf>,
+    /// The deltas shipped beside the bootstrap (`deltas/`, where it finds them), in order.
+    pub deltas: Vec<PathBuf>,
 }
 
 impl Package {
@@ -34,6 +36,7 @@ impl Package {
             let dest = util::ship_index(&self.index_artifact, dir)?;
             log!("copied the index beside it ({}), checked in full", dest.display());
         }
+        ship_deltas(&self.deltas, dir)?;
         Ok(())
     }
 
@@ -75,6 +78,8 @@ pub fn build(skip_build: bool) -> Result<Package> {
     let len = |p: &Path| fs::metadata(p).map(|m| m.len());
     let zip = package_dir.join("bootstrap.zip");
     let _ = fs::remove_file(&zip);
+    let deltas = ship_deltas(&deltas_to_ship(&index_artifact)?, &dir)?;
+    let delta_bytes = deltas.iter().map(|d| len(d)).sum::<std::io::Result<u64>>()?;
     // A bootstrap smaller than its index does not hold it: the file form, the index beside.
     let (index_beside, zipped_bytes) = if len(&bootstrap)? < len(&index_artifact)? {
         let beside = util::ship_index(&index_artifact, &dir)?;
@@ -87,6 +92,12 @@ pub fn build(skip_build: bool) -> Result<Package> {
         let deflated = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
         z.start_file("bootstrap", deflated.compression_method(zip::CompressionMethod::Deflated))?;
         z.write_all(&fs::read(&bootstrap)?)?;
+        for d in &deltas {
+            let name =
+                format!("{DELTAS_DIR}/{}", d.file_name().unwrap_or_default().to_string_lossy());
+            z.start_file(name, deflated.compression_method(zip::CompressionMethod::Deflated))?;
+            z.write_all(&fs::read(d)?)?;
+        }
         z.finish()?;
         (None, len(&zip)?)
     };
@@ -95,11 +106,84 @@ pub fn build(skip_build: bool) -> Result<Package> {
         zip,
         sha256: util::sha256_file(&bootstrap)?,
         zipped_bytes,
-        unzipped_bytes: len(&bootstrap)? + index_beside.as_deref().map_or(Ok(0), len)?,
+        unzipped_bytes: len(&bootstrap)?
+            + index_beside.as_deref().map_or(Ok(0), len)?
+            + delta_bytes,
         bootstrap,
         index_artifact,
         index_beside,
+        deltas,
     })
+}
+
+/// Where a bootstrap finds its deltas (`function::index::deltas`): beside it.
+pub const DELTAS_DIR: &str = "deltas";
+
+/// The deltas `FRAUD_DELTAS` names (files or directories of `*.idx`, `:`-separated; none when
+/// unset), each checked in full, in the order they were packed, and held to extend `index`
+/// as one set (what the bootstrap checks at start, refused here before anything ships).
+pub fn deltas_to_ship(index: &Path) -> Result<Vec<PathBuf>> {
+    use index_pack::format;
+    let Some(list) = std::env::var_os("FRAUD_DELTAS").filter(|l| !l.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for root in std::env::split_paths(&list) {
+        if root.is_dir() {
+            for entry in fs::read_dir(&root)? {
+                let path = entry?.path();
+                if path.extension().is_some_and(|e| e == "idx") {
+                    files.push(path);
+                }
+            }
+        } else {
+            files.push(root);
+        }
+    }
+    let read = |p: &Path| {
+        let bytes = format::aligned_copy(
+            &fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+        );
+        format::verify_deep(&bytes)
+            .with_context(|| format!("{} is not a valid index", p.display()))?;
+        anyhow::Ok(bytes)
+    };
+    let base = read(index)?;
+    let bytes = files.iter().map(|p| read(p)).collect::<Result<Vec<_>>>()?;
+    let mut opened: Vec<(format::Opened, &PathBuf)> = bytes
+        .iter()
+        .zip(&files)
+        .map(|(b, p)| Ok((format::open_with_footer(b)?, p)))
+        .collect::<Result<_>>()?;
+    opened.sort_by_key(|(o, _)| o.chain_order());
+    let parts: Vec<_> = std::iter::once(format::open_with_footer(&base)?)
+        .chain(opened.iter().map(|(o, _)| *o))
+        .map(|o| (o.index, o.footer))
+        .collect();
+    format::check_composition(&parts, format::Serving::WholeSet)
+        .context("the deltas do not extend the shipped index as one set")?;
+    let indexes: Vec<_> = parts.iter().map(|(i, _)| *i).collect();
+    index_pack::chain::hidden_rows(&indexes).context("the deltas' edits do not apply")?;
+    Ok(opened.into_iter().map(|(_, p)| p.clone()).collect())
+}
+
+/// Copies `deltas` into `dir/deltas` (emptied first), named by their order; the copies.
+pub fn ship_deltas(deltas: &[PathBuf], dir: &Path) -> Result<Vec<PathBuf>> {
+    let to = dir.join(DELTAS_DIR);
+    let _ = fs::remove_dir_all(&to);
+    if deltas.is_empty() {
+        return Ok(Vec::new());
+    }
+    fs::create_dir_all(&to)?;
+    let mut out = Vec::new();
+    for (k, d) in deltas.iter().enumerate() {
+        let dest = to.join(format!("delta-{k:03}.idx"));
+        fs::copy(d, &dest)
+            .with_context(|| format!("cannot copy {} to {}", d.display(), dest.display()))?;
+        log!("shipped {} as {}", d.display(), dest.display());
+        out.push(dest);
+    }
+    Ok(out)
 }
 
 /// Copies a built binary to `dir/bootstrap` (what a custom runtime starts) and checks the copy.
@@ -135,10 +219,63 @@ pub fn hook(dir: &Path, bin: &Path) -> Result<String> {
     let want = super::logs::identity(&index)?.references_sha256;
     let (got, r, i) = (decompressed_sha256(&refs)?, refs.display(), index.display());
     ensure!(got == want, "{r} (SHA-256 {got}) are not the references of the index {i} ({want}): set FRAUD_REFERENCES");
+    // The deltas the scorer ships: their new references and edits, each the file it was
+    // packed from, label the sample over the edited set.
+    let listed = |var: &str| -> Vec<PathBuf> {
+        std::env::var_os(var).map(|l| std::env::split_paths(&l).collect()).unwrap_or_default()
+    };
+    let (added, edits) = (listed("FRAUD_DELTA_REFERENCES"), listed("FRAUD_EDITS"));
+    check_delta_sources(&deltas_to_ship(&index)?, &added, &edits)?;
     let (labeller, sample) = (util::built("labeller")?, dir.join("sample.json"));
-    let paths = [("--references", refs.as_path()), ("--out", sample.as_path())];
-    util::run(&util::command(&labeller, "deploy-sample --any-references", &paths))?;
-    Ok(format!("hook and {} labelled over {}", sample.display(), refs.display()))
+    write_sample(&labeller, [&refs, &sample], &added, &edits)?;
+    Ok(format!(
+        "hook and {} labelled over {} and {} edits files",
+        sample.display(),
+        refs.display(),
+        edits.len()
+    ))
+}
+
+/// `labeller deploy-sample` over `refs` (the base's references), `added` (the deltas' new
+/// references) and `edits`, into `sample`.
+pub fn write_sample(
+    labeller: &Path,
+    [refs, sample]: [&Path; 2],
+    added: &[PathBuf],
+    edits: &[PathBuf],
+) -> Result<()> {
+    let mut paths = vec![("--references", refs), ("--out", sample)];
+    paths.extend(added.iter().map(|p| ("--delta-references", p.as_path())));
+    paths.extend(edits.iter().map(|p| ("--edits", p.as_path())));
+    util::run(&util::command(labeller, "deploy-sample --any-references", &paths))
+}
+
+/// The files a sample is labelled over must be those the shipped deltas were packed from:
+/// their digests, in order.
+fn check_delta_sources(deltas: &[PathBuf], added: &[PathBuf], edits: &[PathBuf]) -> Result<()> {
+    use index_pack::format::SetPart;
+    let ids = deltas.iter().map(|d| super::logs::identity(d)).collect::<Result<Vec<_>>>()?;
+    let want_added: Vec<&str> = ids
+        .iter()
+        .filter(|i| i.end_position > i.first_position)
+        .map(|i| i.references_sha256.as_str())
+        .collect();
+    let want_edits: Vec<&str> = ids
+        .iter()
+        .filter_map(|i| match &i.part {
+            SetPart::Delta { edits_sha256: Some(e), .. } => Some(e.as_str()),
+            _ => None,
+        })
+        .collect();
+    let got_added = added.iter().map(|p| decompressed_sha256(p)).collect::<Result<Vec<_>>>()?;
+    let got_edits = edits.iter().map(|p| util::sha256_file(p)).collect::<Result<Vec<_>>>()?;
+    ensure!(
+        got_added == want_added && got_edits == want_edits,
+        "the shipped deltas were packed from new references {want_added:?} and edits \
+         {want_edits:?}; FRAUD_DELTA_REFERENCES and FRAUD_EDITS give {got_added:?} and \
+         {got_edits:?}: name those files, in order"
+    );
+    Ok(())
 }
 
 /// SHA-256 of a references file's JSON (decompressed when it ends in .gz), as the index records it.

@@ -147,7 +147,10 @@ const TIMEOUT_MS: u64 = 1000;
 
 pub fn run(count: u32) -> Result<()> {
     let (t, dir) = (Instant::now(), util::xtask_dir("shards-faults")?);
-    let labeller = util::built("labeller")?;
+    // Every binary of the workspace build first: the shards' builds then change the scorer's
+    // index, and a workspace binary built after them would be rebuilt around it.
+    let (labeller, front, hook) =
+        (util::built("labeller")?, util::built("front")?, util::built("pretraffic")?);
     let (refs, tests) = (dir.join("references.json.gz"), dir.join("tests.json.gz"));
     crate::scale::draw(&labeller, 30_000, 11, &refs)?;
     let words = "generate-csv --count 10 --seed 11 --any-references";
@@ -163,10 +166,10 @@ pub fn run(count: u32) -> Result<()> {
     let targets: Vec<String> = proxies.iter().map(|p| p.target.clone()).collect();
     let (listen, metrics) = (util::free_port()?, util::free_port()?);
     let (l, m) = (listen.to_string(), metrics.to_string());
-    let front = cmd!(util::built("front")?, "serve", "--listen", l, "--metrics-listen", m)
+    let front_serve = cmd!(&front, "serve", "--listen", l, "--metrics-listen", m)
         .env("FRAUD_SHARDS", targets.join(","))
         .env("FRAUD_SHARD_TIMEOUT_MS", TIMEOUT_MS.to_string());
-    let _front = util::Killed(util::to_log(front, &dir.join("front.log")).start()?);
+    let _front = util::Killed(util::to_log(front_serve, &dir.join("front.log")).start()?);
     let base = format!("http://{listen}");
     util::wait_200(
         "the front's proof of its shards",
@@ -204,7 +207,7 @@ pub fn run(count: u32) -> Result<()> {
     r.batches.push(batch(&entries, &base, "back", 200, false));
     r.refused = r.batches.iter().flat_map(|b| &b.statuses).filter(|s| **s >= 500).count() as u64;
     r.counted_unavailable = unavailable(&format!("http://{metrics}/metrics"));
-    let (right, wrong) = rollout(&rie, &proxies, &refs, &dir)?;
+    let (right, wrong) = rollout(&rie, &proxies, [&labeller, &front, &hook], &refs, &dir)?;
     (r.hook_right, r.hook_wrong) =
         (right.status().map(String::from), wrong.status().map(String::from));
     let bad: Vec<&Batch> = r.batches.iter().filter(|b| !b.as_expected).collect();
@@ -267,15 +270,16 @@ fn unavailable(url: &str) -> Option<u64> {
 fn rollout(
     rie: &Path,
     proxies: &[Proxy],
+    [labeller, front_bin, hook_bin]: [&Path; 3],
     refs: &Path,
     dir: &Path,
 ) -> Result<(hook::Run, hook::Run)> {
     let front = dir.join("front-lambda");
-    package::copy_bootstrap(&util::built("front")?, &front)?;
+    package::copy_bootstrap(front_bin, &front)?;
     let hook_dir = dir.join("hook");
-    package::copy_bootstrap(&util::target_dir().join(util::PROFILE).join("pretraffic"), &hook_dir)?;
+    package::copy_bootstrap(hook_bin, &hook_dir)?;
     let paths = [("--references", refs), ("--out", &hook_dir.join("sample.json"))];
-    util::run(&util::command(&util::built("labeller")?, "deploy-sample --any-references", &paths))?;
+    util::run(&util::command(labeller, "deploy-sample --any-references", &paths))?;
     let targets: Vec<&str> = proxies.iter().map(|p| p.target.as_str()).collect();
     let env = vec![
         ("FRAUD_SHARDS".to_string(), targets.join(",")),
