@@ -92,6 +92,13 @@ enum Command {
         delta: Vec<PathBuf>,
         #[arg(long, short)]
         output: PathBuf,
+        /// k-means cells of the new base.
+        #[arg(long, default_value_t = PackOptions::default().cells)]
+        cells: u32,
+        /// k-means iterations (fewer train faster; the answers are the same, the search's work
+        /// per query may differ).
+        #[arg(long, default_value_t = PackOptions::default().kmeans_iters)]
+        kmeans_iters: u32,
     },
     /// Split a reference set into shards of consecutive positions and pack them side by side:
     /// `<output-dir>/shard-<k>-of-<count>.idx`, each answering with positions in the whole set.
@@ -184,7 +191,9 @@ fn main() -> Result<()> {
             base,
             delta,
             output,
-        } => compact(&base, &delta, &output),
+            cells,
+            kmeans_iters,
+        } => compact(&base, &delta, &output, (cells, kmeans_iters)),
         Command::Split {
             references,
             count,
@@ -323,6 +332,7 @@ fn compact(
     base_path: &std::path::Path,
     deltas: &[PathBuf],
     output: &std::path::Path,
+    (cells, kmeans_iters): (u32, u32),
 ) -> Result<()> {
     let started = Instant::now();
     let chain_files = Chain::open(base_path, deltas)?;
@@ -338,6 +348,8 @@ fn compact(
         end_position: Some(end),
         part: rkyv::deserialize::<format::Part, rkyv::rancor::Error>(&h.part)?,
         folded,
+        cells,
+        kmeans_iters,
         ..PackOptions::default()
     };
     let live = rows.len;

@@ -172,7 +172,8 @@ pub fn run(a: Args) -> Result<()> {
         ("--delta", &edit_delta),
         ("--output", &compacted),
     ];
-    util::run(&util::command(&index_pack, "compact", &paths))?;
+    // Few k-means iterations: the answers do not depend on them (the work per query does).
+    util::run(&util::command(&index_pack, "compact --kmeans-iters 4", &paths))?;
     let paths = [&[("--index", compacted.as_path())][..], &oracle[..]].concat();
     r.compacted = neighbours_of(&local_runner, &paths, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;

@@ -115,6 +115,7 @@ fn gather(a: &CiArgs) -> Result<Gathered> {
 fn edit_delta(tools: &Tools, pkg: &Package) -> Result<(hook::Run, hook::Run)> {
     const EDITS: usize = 300;
     let dir = util::xtask_dir("lambda")?.join("edited");
+    fs::create_dir_all(&dir)?;
     let (refs, edits, delta) = (
         root().join("resources/references.json.gz"),
         dir.join("edits.json"),
@@ -133,8 +134,11 @@ fn edit_delta(tools: &Tools, pkg: &Package) -> Result<(hook::Run, hook::Run)> {
     package::copy_bootstrap(&util::built("pretraffic")?, &hook_dir)?;
     let sample = hook_dir.join("sample.json");
     package::write_sample(&labeller, [&refs, &sample], &[], std::slice::from_ref(&edits))?;
-    let with = hook::run(&tools.rie, &scorer, &hook_dir, &dir.join("with"))?;
-    let without = hook::run(&tools.rie, &pkg.dir, &hook_dir, &dir.join("without"))?;
+    let (with_logs, without_logs) = (dir.join("with"), dir.join("without"));
+    fs::create_dir_all(&with_logs)?;
+    fs::create_dir_all(&without_logs)?;
+    let with = hook::run(&tools.rie, &scorer, &hook_dir, &with_logs)?;
+    let without = hook::run(&tools.rie, &pkg.dir, &hook_dir, &without_logs)?;
     Ok((with, without))
 }
 
