@@ -436,8 +436,9 @@ pub fn identity() -> Result<format::Identity, IndexError> {
 /// The deltas searched with the embedded index: every `*.idx` file named by `FRAUD_DELTAS`
 /// (files or directories, `:`-separated), else in the directory `deltas` beside the executable
 /// when there is one; none otherwise. Each is read whole and checked in full (CRC32, values,
-/// boxes: deltas are small), and they are ordered by position; whether they extend this base
-/// in that order is the searcher's check (`Searcher::with_deltas`). Read once per process.
+/// boxes: deltas are small), and they are put in the order they were packed; whether they
+/// extend this base as one chain is the searcher's check (`Searcher::with_deltas`). Read once
+/// per process.
 pub fn deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
     static DELTAS: OnceLock<Result<&'static [format::Opened<'static>], IndexError>> =
         OnceLock::new();
@@ -446,29 +447,15 @@ pub fn deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
 
 fn load_deltas() -> Result<&'static [format::Opened<'static>], IndexError> {
     let fail = |p: &std::path::Path, e: String| IndexError::File(format!("{}: {e}", p.display()));
-    let roots: Vec<std::path::PathBuf> = match std::env::var_os("FRAUD_DELTAS") {
-        Some(list) => std::env::split_paths(&list).collect(),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| Some(exe.parent()?.join("deltas")))
-            .filter(|d| d.is_dir())
-            .into_iter()
-            .collect(),
+    let beside = || {
+        let dir = std::env::current_exe().ok()?.parent()?.join("deltas");
+        dir.is_dir().then(|| dir.into_os_string())
     };
-    let mut files = Vec::new();
-    for root in roots {
-        if root.is_dir() {
-            let entries = std::fs::read_dir(&root).map_err(|e| fail(&root, e.to_string()))?;
-            for entry in entries {
-                let path = entry.map_err(|e| fail(&root, e.to_string()))?.path();
-                if path.extension().is_some_and(|e| e == "idx") {
-                    files.push(path);
-                }
-            }
-        } else {
-            files.push(root);
-        }
-    }
+    let list = std::env::var_os("FRAUD_DELTAS")
+        .or_else(beside)
+        .unwrap_or_default();
+    let files = index_pack::chain::files(&list)
+        .map_err(|e| IndexError::File(format!("the deltas {}: {e}", list.to_string_lossy())))?;
     let mut opened = Vec::new();
     for path in files {
         let mut bytes = format::aligned_copy(&[]);

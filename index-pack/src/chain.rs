@@ -20,6 +20,29 @@ use crate::format::{
 use crate::layout::Partitioned;
 use std::collections::HashMap;
 
+/// The delta files a list names (`FRAUD_DELTAS`'s form: files, or directories whose `*.idx`
+/// files count, separated as the platform separates paths; empty ones and an empty list name
+/// none), in the order listed, each directory's files by name.
+pub fn files(list: &std::ffi::OsStr) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for root in std::env::split_paths(list).filter(|p| !p.as_os_str().is_empty()) {
+        if !root.is_dir() {
+            files.push(root);
+            continue;
+        }
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&root)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "idx") {
+                found.push(path);
+            }
+        }
+        found.sort();
+        files.extend(found);
+    }
+    Ok(files)
+}
+
 /// Per part (the base first, then the deltas in order), a bitmap of its slots whose row a
 /// later delta hides; empty for a part with none.
 pub type Hidden = Vec<Vec<u64>>;
@@ -267,4 +290,24 @@ pub fn compacted_rows(
         },
     }));
     Ok((rows, folded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_names_files_and_the_idx_files_of_directories() {
+        let dir = std::env::temp_dir().join(format!("chain-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["b.idx", "a.idx", "notes.txt"] {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let one = std::path::PathBuf::from("/elsewhere/day-1.idx");
+        let list = std::env::join_paths([one.clone(), dir.clone()]).unwrap();
+        let got = files(&list).unwrap();
+        assert_eq!(got, vec![one, dir.join("a.idx"), dir.join("b.idx")]);
+        assert!(files(std::ffi::OsStr::new("")).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -277,6 +277,8 @@ pub fn around(
     if targets.is_empty() || n == 0 {
         return Vec::new();
     }
+    // At most n targets, and n anchors around them: two passes over the references each.
+    let targets = &targets[..targets.len().min(n)];
     let half = n.div_ceil(2);
     let mut out: Vec<(Kind, [i64; DIMS])> = targets
         .iter()
@@ -302,6 +304,7 @@ pub fn around(
             }
         }
     }
+    second.truncate(n);
     let sq: Vec<Query> = second.iter().map(|(_, _, a)| real(a)).collect();
     let second_near = scan::nearest_many(refs, &sq, scan::MAX_K, threads, &|_| {});
     for ((v, row, a), hits) in second.iter().zip(&second_near) {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use xtask::stack::compose::{self, Compose};
 use xtask::stack::k6::{self, Window};
 use xtask::stack::load::{load_run, LoadRun};
+use xtask::stack::prometheus::Watch;
 use xtask::stack::{self, check, Common};
 use xtask::util::{self, log, root};
 
@@ -339,7 +340,7 @@ pub fn run(verdict: &str, a: Args) -> Result<()> {
     let (mut runs, mut failed) = (Vec::new(), Vec::new());
     for (round, c) in (1..=a.runs).flat_map(|r| configs.iter().map(move |c| (r, c))) {
         log!("round {round}/{}: {}", a.runs, c.name());
-        match load_run(c.name(), &c.compose(&a.common.overrides), &a.shape.env()?, false) {
+        match load_run(c.name(), &c.compose(&a.common.overrides), &a.shape.env()?, &Watch::No) {
             Ok(r) => runs.push(r),
             Err(e) => failed.push(format!("{} round {round}: {e:#}", c.name())),
         }

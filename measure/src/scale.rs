@@ -212,8 +212,8 @@ pub fn run(a: Args) -> Result<()> {
         let mut row = Row { name: name.clone(), n, ..Row::default() };
         // Every later step reads the index: packed whenever it is not there.
         let packing = Cache { fresh: a.fresh || !index.exists(), ..cache };
-        row.pack =
-            packing.step("pack", &pack_key, true, || steps::pack(&index_pack, &refs, &index))?;
+        row.pack = packing
+            .step("pack", &pack_key, true, || steps::pack(&index_pack, &refs, &index, ""))?;
         let k = |step: &str, options: &str| key(&[step, &pack_key, options, &run_by]);
         let search = |evict| search_stats(&index, evict);
         let wanted = cache.wanted("search");

@@ -41,7 +41,7 @@ pub fn steps(quick: bool) -> Vec<(&'static str, &'static str)> {
         ("stack chaos", "xtask stack chaos --no-build"),
         ("stack overload", "xtask stack overload --no-build"),
         // Hostile clients at the cap, against `local-runner serve` and the stack (short runs).
-        ("stack attack", "xtask stack attack --no-build --seconds 6"),
+        ("stack attack", "xtask stack attack --no-build --seconds 4"),
         // Pushed to Debian's registry on loopback (started by the step); it removes the local
         // images (pulled back from the registry, retagged).
         ("stack submission", submission),

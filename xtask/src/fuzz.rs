@@ -14,7 +14,7 @@ pub enum Mode {
     /// targets two at a time (what CI runs); each target's execution count is reported.
     Ci {
         /// Seconds per target, the committed seeds included.
-        #[arg(long, env = "FUZZ_CI_SECONDS", default_value_t = 15)]
+        #[arg(long, env = "FUZZ_CI_SECONDS", default_value_t = 10)]
         seconds: u64,
     },
     /// Every target (or one) in turn on one CPU at nice 10, growing `fuzz/work/<target>`.

@@ -30,10 +30,11 @@ pub fn draw(labeller: &Path, count: usize, seed: u64, out: &Path) -> Result<()> 
     util::run(&util::command(labeller, &words, &[("--out", out)]))
 }
 
-/// `index-pack build` of any references.
-pub fn pack(index_pack: &Path, refs: &Path, out: &Path) -> Result<Packed> {
+/// `index-pack build` of any references (`words`: more options).
+pub fn pack(index_pack: &Path, refs: &Path, out: &Path, words: &str) -> Result<Packed> {
     let paths = [("--references", refs), ("--output", out)];
-    let out = util::read(&util::command(index_pack, "build --accept-any-references", &paths))?;
+    let words = format!("build --accept-any-references {words}");
+    let out = util::read(&util::command(index_pack, words.trim_end(), &paths))?;
     util::last_json(&out, "index-pack build")
 }
 
@@ -101,7 +102,8 @@ pub fn run(a: Args) -> Result<()> {
     let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
     log!("scale: {} synthetic references (seed {}), packed", a.references, a.seed);
     draw(&labeller, a.references, a.seed, &refs)?;
-    let pack = pack(&index_pack, &refs, &index)?;
+    // Few k-means iterations: the answers do not depend on them (the work per query does).
+    let pack = pack(&index_pack, &refs, &index, "--kmeans-iters 4")?;
     let mut r = Report { references: a.references, pack, ..Report::default() };
     log!("scale: {} payloads labelled by brute force over the synthetic set", a.served);
     let words = format!("generate-csv --count {} --seed {} --any-references", a.served, a.seed);
@@ -172,7 +174,6 @@ pub fn run(a: Args) -> Result<()> {
         ("--delta", &edit_delta),
         ("--output", &compacted),
     ];
-    // Few k-means iterations: the answers do not depend on them (the work per query does).
     util::run(&util::command(&index_pack, "compact --kmeans-iters 4", &paths))?;
     let paths = [&[("--index", compacted.as_path())][..], &oracle[..]].concat();
     r.compacted = neighbours_of(&local_runner, &paths, a.seed)?;

@@ -127,19 +127,7 @@ pub fn deltas_to_ship(index: &Path) -> Result<Vec<PathBuf>> {
     let Some(list) = std::env::var_os("FRAUD_DELTAS").filter(|l| !l.is_empty()) else {
         return Ok(Vec::new());
     };
-    let mut files = Vec::new();
-    for root in std::env::split_paths(&list) {
-        if root.is_dir() {
-            for entry in fs::read_dir(&root)? {
-                let path = entry?.path();
-                if path.extension().is_some_and(|e| e == "idx") {
-                    files.push(path);
-                }
-            }
-        } else {
-            files.push(root);
-        }
-    }
+    let files = index_pack::chain::files(&list)?;
     let read = |p: &Path| {
         let bytes = format::aligned_copy(
             &fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,

@@ -4,7 +4,7 @@ use super::cgroup::{Cgroup, Snapshot};
 use super::compose::{inspect, Compose, Up};
 use super::k6::{self, Summary};
 use super::probe::{self, haproxy_stat, sample, wait_ready, Monitor, StatRow};
-use super::prometheus::{Observed, Prometheus};
+use super::prometheus::{Observed, Prometheus, Watch};
 use super::{check, Common};
 use crate::prelude::*;
 use crate::util::Background;
@@ -225,10 +225,12 @@ impl LoadRun {
 }
 
 /// Brings `compose` up, runs `k6/fraud-test.js` with `env`, takes it down; the run also as JSON.
-/// With `observe`, Prometheus scrapes the APIs during the run ([`Prometheus`]).
-pub fn load_run(config: &str, compose: &Compose, env: &k6::Env, observe: bool) -> Result<LoadRun> {
+/// As `watch` says, Prometheus scrapes the APIs during the run ([`Prometheus`]) and its graphs
+/// are captured after it.
+pub fn load_run(config: &str, compose: &Compose, env: &k6::Env, watch: &Watch) -> Result<LoadRun> {
     let mode = env.iter().find(|(k, _)| *k == "MODE").map_or("", |(_, v)| v.as_str());
     let s = Session::start(&format!("{config}-{mode}"), compose)?;
+    let observe = !matches!(watch, Watch::No);
     let prometheus =
         observe.then(|| Prometheus::start(&s.compose, &s.base.with_extension("prometheus")));
     let prometheus = prometheus.transpose()?;
@@ -236,7 +238,10 @@ pub fn load_run(config: &str, compose: &Compose, env: &k6::Env, observe: bool) -
     let k6 = k6::start("fraud-test.js", env, &s.base)?;
     let (status, summary) = k6::finish(&k6, &s.base)?;
     let containers = s.containers()?;
-    let metrics = prometheus.map(|p| p.observed(summary.requests)).transpose()?;
+    let metrics = prometheus.as_ref().map(|p| p.observed(summary.requests)).transpose()?;
+    if let (Some(p), Watch::Capture(png)) = (&prometheus, watch) {
+        p.capture(png)?;
+    }
     let Session { mut problems, base, started, load_start: load_before, up, .. } = s;
     drop(up);
     problems.extend(containers.iter().filter_map(Container::trouble));

@@ -15,6 +15,7 @@ pub mod submission;
 
 use crate::prelude::*;
 use compose::Compose;
+use prometheus::Watch;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,6 +31,10 @@ pub struct Common {
     /// Use the images as they are (skip `stack images`).
     #[arg(long, env = "STACK_SKIP_BUILD")]
     no_build: bool,
+    /// The smoke gate: capture Prometheus's graphs of the run (the decision rate, the p99) into
+    /// this PNG with Debian's headless Chromium.
+    #[arg(long)]
+    pub capture: Option<PathBuf>,
 }
 
 impl Common {
@@ -43,9 +48,11 @@ impl Common {
 /// The final's peak rate (its requests ran out ~100 s into the ramp); overload runs at 3x.
 pub const SMOKE_RATE: u32 = 1130;
 
-/// The smoke gate's (and submission's) load: `k6/fraud-test.js`, [`SMOKE_RATE`], 15 s, public set.
-fn smoke() -> Vec<(&'static str, String)> {
-    vec![("MODE", "smoke".into()), ("RATE", SMOKE_RATE.to_string()), ("DURATION", "15s".into())]
+/// The smoke gate's load: `k6/fraud-test.js`, [`SMOKE_RATE`], `seconds` (the gate's 15, the
+/// submission's check of its pulled images 5), public set.
+fn smoke(seconds: u32) -> Vec<(&'static str, String)> {
+    let rate = SMOKE_RATE.to_string();
+    vec![("MODE", "smoke".into()), ("RATE", rate), ("DURATION", format!("{seconds}s"))]
 }
 
 #[derive(clap::Subcommand)]
@@ -99,7 +106,9 @@ pub fn run(args: Args) -> Result<()> {
         Command::Smoke(common) if gate_may_run("stack smoke")? => {
             let t = std::time::Instant::now();
             common.prepare(true, false)?;
-            let r = load::load_run("stack", &Compose::stack(&common.overrides), &smoke(), true)?;
+            let watch = common.capture.clone().map_or(Watch::Scrape, Watch::Capture);
+            let r =
+                load::load_run("stack", &Compose::stack(&common.overrides), &smoke(15), &watch)?;
             // What Prometheus scraped of the APIs' own counts: every request k6 sent decided,
             // approved as often as the labeller approves, and the server's share of the time.
             let (s, k6_p99) = (&r.summary, r.summary.latency().p99);

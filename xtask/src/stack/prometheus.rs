@@ -8,6 +8,22 @@ use crate::prelude::*;
 /// The APIs' metrics port (docker-compose.yml's `FRAUD_METRICS_LISTEN`).
 pub const PORT: u16 = 9100;
 
+/// Whether a run is scraped by Prometheus, and whether its graphs are captured afterwards.
+#[derive(Clone, Debug, Default)]
+pub enum Watch {
+    #[default]
+    No,
+    Scrape,
+    /// Scraped, then Prometheus's graph page of the run captured into this PNG ([`capture`]).
+    Capture(PathBuf),
+}
+
+/// The graphs an operator looks at first: the decision rate and the request path's p99.
+pub const GRAPHS: [&str; 2] = [
+    "sum(rate(fraud_decisions_total[5s]))",
+    "histogram_quantile(0.99, sum by (le) (rate(fraud_request_duration_seconds_bucket{route=\"/fraud-score\"}[5s])))",
+];
+
 /// A Prometheus server on loopback, stopped when dropped.
 pub struct Prometheus {
     _server: util::Killed,
@@ -88,5 +104,34 @@ impl Prometheus {
             refused: count("sum(fraud_requests_rejected_total)")?,
             p99_ms: self.query(p99)? * 1000.0,
         })
+    }
+
+    /// Prometheus's own graph page of the last minute ([`GRAPHS`]), rendered by Debian's
+    /// headless Chromium into `png`.
+    pub fn capture(&self, png: &Path) -> Result<()> {
+        util::require("chromium", "install Debian's chromium (`apt-get install chromium`)")?;
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (i, expr) in GRAPHS.iter().enumerate() {
+            query.append_pair(&format!("g{i}.expr"), expr);
+            query.append_pair(&format!("g{i}.tab"), "0");
+            query.append_pair(&format!("g{i}.range_input"), "1m");
+        }
+        let page = format!("{}/graph?{}", self.url, query.finish());
+        if let Some(dir) = png.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        let shot = format!("--screenshot={}", png.display());
+        // The page draws its graphs in JavaScript: the virtual time lets them finish first.
+        let args = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"];
+        let size = ["--window-size=1280,1100", "--virtual-time-budget=15000"];
+        let all = [&args[..], &size[..], &[shot.as_str(), page.as_str()]].concat();
+        util::run(&duct::cmd("chromium", all))?;
+        ensure!(
+            fs::metadata(png).is_ok_and(|m| m.len() > 0),
+            "Chromium wrote no {}",
+            png.display()
+        );
+        log!("prometheus: {} captured into {}", page, png.display());
+        Ok(())
     }
 }

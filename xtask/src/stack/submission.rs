@@ -56,7 +56,7 @@ pub fn run(a: Args) -> Result<()> {
             util::run(&util::cmd!("docker", "image", "rm", "-f", id).stdout_null())?;
         }
         log!("local images removed: the submission pulls {api} and {balancer} from the registry");
-        let run = load::load_run("submission", &c, &super::smoke(), false);
+        let run = load::load_run("submission", &c, &super::smoke(5), &super::prometheus::Watch::No);
         for (pinned, tag) in [(&api, images::API), (&balancer, images::HAPROXY)] {
             util::run(&util::cmd!("docker", "tag", pinned, tag))?;
         }
