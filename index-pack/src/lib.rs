@@ -64,6 +64,9 @@ pub struct PackOptions {
     pub part: format::Part,
     /// The deltas a compacted base folds ([`format::Header::folded`]).
     pub folded: Vec<format::Folded>,
+    /// Cells already trained (a base's, for its deltas and compactions): no k-means, `cells`
+    /// and the k-means fields then only describe where they came from.
+    pub centroids: Option<Vec<[f32; format::DIMS]>>,
 }
 
 impl Default for PackOptions {
@@ -88,6 +91,7 @@ impl Default for PackOptions {
             end_position: None,
             part: format::Part::Whole,
             folded: Vec::new(),
+            centroids: None,
         }
     }
 }
@@ -131,7 +135,10 @@ pub fn build(
         max_points_per_centroid: opts.max_points_per_centroid,
     };
     let t = std::time::Instant::now();
-    let coarse = assign::Coarse::new(&train::train(&parts, &km)?);
+    let coarse = match &opts.centroids {
+        Some(c) => assign::Coarse::new(c),
+        None => assign::Coarse::new(&train::train(&parts, &km)?),
+    };
     phases.kmeans_s = t.elapsed().as_secs_f64();
     let t = std::time::Instant::now();
     let cells = assign::assign(&parts, &coarse);

@@ -75,7 +75,8 @@ enum Command {
         edits: Option<PathBuf>,
         #[arg(long, short)]
         output: PathBuf,
-        /// k-means cells (default: one per 512 rows, 1 to 1024).
+        /// Train this many k-means cells over the delta's own rows (default: none trained, the
+        /// base's cells, so that the delta's lists fall where the base's do).
         #[arg(long)]
         cells: Option<u32>,
         /// Require this SHA-256 of the new references' decompressed JSON.
@@ -92,12 +93,13 @@ enum Command {
         delta: Vec<PathBuf>,
         #[arg(long, short)]
         output: PathBuf,
-        /// k-means cells of the new base.
-        #[arg(long, default_value_t = PackOptions::default().cells)]
-        cells: u32,
-        /// k-means iterations (fewer train faster; the answers are the same, the search's work
-        /// per query may differ).
-        #[arg(long, default_value_t = PackOptions::default().kmeans_iters)]
+        /// Train this many k-means cells afresh (default: none trained, the base's cells: the
+        /// compaction is then a new layout, seconds at 3M).
+        #[arg(long)]
+        cells: Option<u32>,
+        /// k-means iterations when training (fewer train faster; the answers are the same, the
+        /// search's work per query may differ).
+        #[arg(long, default_value_t = PackOptions::default().kmeans_iters, requires = "cells")]
         kmeans_iters: u32,
     },
     /// Split a reference set into shards of consecutive positions and pack them side by side:
@@ -298,7 +300,13 @@ fn delta(
         })?;
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
-        cells: cells.unwrap_or((d.rows.len / 512).clamp(1, 1024)),
+        cells: cells.unwrap_or(base.index.header.cells.to_native()),
+        centroids: cells.is_none().then(|| centroids(base.index)),
+        kmeans_iters: match cells {
+            Some(_) => PackOptions::default().kmeans_iters,
+            None => base.index.header.kmeans_iters.to_native(),
+        },
+        kmeans_seed: base.index.header.kmeans_seed.to_native(),
         first_position: d.first_position,
         end_position: Some(d.end_position),
         part: format::Part::Delta {
@@ -328,11 +336,20 @@ fn delta(
     Ok(())
 }
 
+/// An index's trained cells, for a delta or compaction that keeps them.
+fn centroids(index: &format::ArchivedIndex) -> Vec<[f32; format::DIMS]> {
+    index
+        .centroids
+        .iter()
+        .map(|c| c.map(|v| v.to_native()))
+        .collect()
+}
+
 fn compact(
     base_path: &std::path::Path,
     deltas: &[PathBuf],
     output: &std::path::Path,
-    (cells, kmeans_iters): (u32, u32),
+    (cells, kmeans_iters): (Option<u32>, u32),
 ) -> Result<()> {
     let started = Instant::now();
     let chain_files = Chain::open(base_path, deltas)?;
@@ -348,8 +365,14 @@ fn compact(
         end_position: Some(end),
         part: rkyv::deserialize::<format::Part, rkyv::rancor::Error>(&h.part)?,
         folded,
-        cells,
-        kmeans_iters,
+        cells: cells.unwrap_or(h.cells.to_native()),
+        kmeans_iters: if cells.is_some() {
+            kmeans_iters
+        } else {
+            h.kmeans_iters.to_native()
+        },
+        kmeans_seed: h.kmeans_seed.to_native(),
+        centroids: cells.is_none().then(|| centroids(opened[0].index)),
         ..PackOptions::default()
     };
     let live = rows.len;
@@ -569,9 +592,7 @@ fn inspect(path: &std::path::Path, json: bool) -> Result<()> {
     println!("references sha256 {}", identity.references_sha256);
     println!(
         "part            {} (positions {}..{})",
-        identity.part,
-        identity.first_position,
-        identity.first_position + identity.references
+        identity.part, identity.first_position, identity.end_position
     );
     println!(
         "cells           {} (k-means, {} iterations, seed {})",

@@ -174,7 +174,7 @@ pub fn run(a: Args) -> Result<()> {
         ("--delta", &edit_delta),
         ("--output", &compacted),
     ];
-    util::run(&util::command(&index_pack, "compact --kmeans-iters 4", &paths))?;
+    util::run(&util::command(&index_pack, "compact", &paths))?;
     let paths = [&[("--index", compacted.as_path())][..], &oracle[..]].concat();
     r.compacted = neighbours_of(&local_runner, &paths, a.seed)?;
     let beside = ship_beside(&index, &refs, &mut r)?;
