@@ -71,59 +71,14 @@ pub struct Outcome {
     pub seconds: f64,
 }
 
-/// A step started with an earlier one and run beside it, its output kept in a log shown at its
-/// own turn: the shipped build beside the fuzz step. Both compile, in target directories of
-/// their own (cargo would block one on the other's lock otherwise), and neither keeps both cores
-/// busy alone: the fuzz targets build one codegen unit at a time, the shipped binaries end in a
-/// whole-program link each.
-pub const BESIDE: &[(&str, &str)] = &[("fuzz", "shipped build")];
-
-/// A step running beside another: its process, log and start.
-struct Early {
-    handle: duct::Handle,
-    log: PathBuf,
-    started: Instant,
-}
-
 pub fn run(args: Args) -> Result<()> {
     let me = std::env::current_exe().context("cannot find the xtask binary")?;
     let (started, mut done) = (Instant::now(), Vec::new());
     let only = |s: &&(&str, &str)| args.only.as_deref().is_none_or(|o| s.0.contains(o));
-    let steps: Vec<_> = steps(args.quick).into_iter().filter(|s| only(&s)).collect();
-    let mut early: Vec<(&str, Early)> = Vec::new();
-    for &(name, line) in &steps {
+    for (name, line) in steps(args.quick).iter().filter(only) {
         log!("== ci: {name} ==");
         let t = Instant::now();
-        let result = match early.iter().position(|(n, _)| *n == name) {
-            Some(i) => {
-                let (_, e) = early.swap_remove(i);
-                let status = e.handle.wait().map(|o| o.status);
-                print!("{}", fs::read_to_string(&e.log).unwrap_or_default());
-                let (waited, seconds) =
-                    (t.elapsed().as_secs_f64(), e.started.elapsed().as_secs_f64());
-                log!("ci: {name} ran beside an earlier step: {seconds:.0} s, {waited:.0} s of them waited for here");
-                let passed = status.as_ref().is_ok_and(|s| s.success());
-                if !passed {
-                    log!("ci: {name} failed: {status:?}");
-                }
-                done.push(Outcome { name, passed, seconds });
-                continue;
-            }
-            None => {
-                for &(with, next) in BESIDE.iter().filter(|(with, _)| *with == name) {
-                    let Some(&(_, next_line)) = steps.iter().find(|s| s.0 == next) else {
-                        continue;
-                    };
-                    let log =
-                        util::xtask_dir("ci")?.join(format!("{}.log", next.replace(' ', "-")));
-                    log!("ci: {next} starts beside {with} (its output: {})", log.display());
-                    let handle = util::to_log(command(next_line, &me), &log).unchecked().start()?;
-                    early.push((next, Early { handle, log, started: Instant::now() }));
-                }
-                command(line, &me).run().map(|_| ())
-            }
-        };
-        let result = result.inspect_err(|e| log!("ci: {name} failed: {e}"));
+        let result = command(line, &me).run().inspect_err(|e| log!("ci: {name} failed: {e}"));
         done.push(Outcome { name, passed: result.is_ok(), seconds: t.elapsed().as_secs_f64() });
     }
     let passed = done.iter().all(|s| s.passed);
