@@ -123,7 +123,7 @@ impl Prometheus {
         let shot = format!("--screenshot={}", png.display());
         // The page draws its graphs in JavaScript: the virtual time lets them finish first.
         let args = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"];
-        let size = ["--window-size=1280,1100", "--virtual-time-budget=15000"];
+        let size = ["--window-size=1280,1500", "--virtual-time-budget=15000"];
         let all = [&args[..], &size[..], &[shot.as_str(), page.as_str()]].concat();
         util::run(&duct::cmd("chromium", all))?;
         ensure!(
