@@ -549,9 +549,9 @@ impl<F: Fn(u32) -> u32> Builder<'_, F> {
         match few {
             None => self.lists_child(lists),
             Some(mut few) if lists.is_empty() => self.list_child(&mut few),
-            Some(few) => {
+            Some(mut few) => {
                 let node = self.reserve_node();
-                (node, self.fill_lists_node(node, lists, &mut [few]))
+                (node, self.fill_lists_node(node, lists, Some(&mut few)))
             }
         }
     }
@@ -562,20 +562,20 @@ impl<F: Fn(u32) -> u32> Builder<'_, F> {
             return self.list_child(list);
         }
         let node = self.reserve_node();
-        let bounds = self.fill_lists_node(node, lists, &mut []);
+        let bounds = self.fill_lists_node(node, lists, None);
         (node, bounds)
     }
 
     /// Up to [`FANOUT`] groups of nearby lists (halvings on the widest spread of their centers,
-    /// balanced by rows), each a child; with `apart` lists, its subtree is the last child and
-    /// the groups one fewer.
+    /// balanced by rows), each a child; with a list `apart`, it is the last child and the
+    /// groups one fewer.
     fn fill_lists_node(
         &mut self,
         node: u32,
         lists: &mut [ListItem],
-        apart: &mut [ListItem],
+        apart: Option<&mut ListItem>,
     ) -> Bounds {
-        let slots = if apart.is_empty() { FANOUT } else { FANOUT - 1 };
+        let slots = if apart.is_none() { FANOUT } else { FANOUT - 1 };
         let parts = slots.min(lists.len());
         let weights = self.split_weights;
         let groups = split_into(lists.len(), parts, &mut |r, left, parts| {
@@ -601,28 +601,21 @@ impl<F: Fn(u32) -> u32> Builder<'_, F> {
                 children[c] = self.reserve_node();
             }
         }
-        // Child nodes take consecutive indices: the subtree apart's too, before any is filled.
-        let last = groups.len();
-        if apart.len() > 1 {
-            children[last] = self.reserve_node();
-        }
         let mut boxes = Vec::with_capacity(groups.len() + 1);
         for (c, g) in groups.into_iter().enumerate() {
             let (child, b) = if children[c] == NO_CHILD {
                 self.list_child(&mut lists[g.start])
             } else {
-                let b = self.fill_lists_node(children[c], &mut lists[g], &mut []);
+                let b = self.fill_lists_node(children[c], &mut lists[g], None);
                 (children[c], b)
             };
             children[c] = child;
             boxes.push(b);
         }
-        if let [one] = apart {
-            let (child, b) = self.list_child(one);
-            children[last] = child;
+        if let Some(list) = apart {
+            let (child, b) = self.list_child(list);
+            children[boxes.len()] = child;
             boxes.push(b);
-        } else if !apart.is_empty() {
-            boxes.push(self.fill_lists_node(children[last], apart, &mut []));
         }
         self.set_node(node, children, &boxes)
     }

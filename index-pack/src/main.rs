@@ -300,13 +300,6 @@ fn delta(
         })?;
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
-        cells: cells.unwrap_or(base.index.header.cells.to_native()),
-        centroids: cells.is_none().then(|| centroids(base.index)),
-        kmeans_iters: match cells {
-            Some(_) => PackOptions::default().kmeans_iters,
-            None => base.index.header.kmeans_iters.to_native(),
-        },
-        kmeans_seed: base.index.header.kmeans_seed.to_native(),
         first_position: d.first_position,
         end_position: Some(d.end_position),
         part: format::Part::Delta {
@@ -316,7 +309,7 @@ fn delta(
             hides: d.hides,
             edits_sha256: edits.sha256,
         },
-        ..PackOptions::default()
+        ..cells_of(base.index, cells, PackOptions::default().kmeans_iters)
     };
     let index = index_pack::build(d.rows, &opts, &mut Phases::default())?;
     let written = index_pack::write_index(output, &index)?;
@@ -336,13 +329,27 @@ fn delta(
     Ok(())
 }
 
-/// An index's trained cells, for a delta or compaction that keeps them.
-fn centroids(index: &format::ArchivedIndex) -> Vec<[f32; format::DIMS]> {
-    index
-        .centroids
-        .iter()
-        .map(|c| c.map(|v| v.to_native()))
-        .collect()
+/// The cells of a delta or compaction of `base`: `cells` trained afresh with `kmeans_iters`
+/// iterations, or (`None`) the base's own, kept with the k-means fields that describe them.
+fn cells_of(base: &format::ArchivedIndex, cells: Option<u32>, kmeans_iters: u32) -> PackOptions {
+    let h = &base.header;
+    let kept = || {
+        base.centroids
+            .iter()
+            .map(|c| c.map(|v| v.to_native()))
+            .collect()
+    };
+    PackOptions {
+        cells: cells.unwrap_or(h.cells.to_native()),
+        kmeans_iters: if cells.is_some() {
+            kmeans_iters
+        } else {
+            h.kmeans_iters.to_native()
+        },
+        kmeans_seed: h.kmeans_seed.to_native(),
+        centroids: cells.is_none().then(kept),
+        ..PackOptions::default()
+    }
 }
 
 fn compact(
@@ -365,15 +372,7 @@ fn compact(
         end_position: Some(end),
         part: rkyv::deserialize::<format::Part, rkyv::rancor::Error>(&h.part)?,
         folded,
-        cells: cells.unwrap_or(h.cells.to_native()),
-        kmeans_iters: if cells.is_some() {
-            kmeans_iters
-        } else {
-            h.kmeans_iters.to_native()
-        },
-        kmeans_seed: h.kmeans_seed.to_native(),
-        centroids: cells.is_none().then(|| centroids(opened[0].index)),
-        ..PackOptions::default()
+        ..cells_of(opened[0].index, cells, kmeans_iters)
     };
     let live = rows.len;
     let mut phases = Phases::default();
