@@ -450,10 +450,13 @@ fn split(
         Ok(())
     };
     std::fs::create_dir_all(output_dir)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = jobs.clamp(1, count as usize);
     std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..jobs.clamp(1, count as usize))
+        let workers: Vec<_> = (0..jobs)
             .map(|_| {
                 scope.spawn(|| -> Result<()> {
+                    index_pack::train::limit_threads(cores.div_ceil(jobs));
                     loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if k >= count {

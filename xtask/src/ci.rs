@@ -69,6 +69,33 @@ pub struct Outcome {
     pub name: &'static str,
     pub passed: bool,
     pub seconds: f64,
+    /// A failed step's own failed verdicts (`<command>: <figures>`), repeated at the end: a CI log
+    /// is often read from its tail only.
+    pub why: Vec<String>,
+}
+
+/// The verdicts (`util::verdict`'s records) written since `since` that failed.
+fn failed_verdicts(since: std::time::SystemTime) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Record {
+        command: String,
+        passed: bool,
+        figures: String,
+    }
+    let Ok(dir) = util::xtask_dir("").and_then(|d| Ok(fs::read_dir(d)?)) else { return vec![] };
+    let recent =
+        |e: &fs::DirEntry| e.metadata().and_then(|m| m.modified()).is_ok_and(|m| m >= since);
+    let mut why: Vec<(std::time::SystemTime, String)> = dir
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json") && recent(e))
+        .filter_map(|e| {
+            let r: Record = serde_json::from_slice(&fs::read(e.path()).ok()?).ok()?;
+            let modified = e.metadata().ok()?.modified().ok()?;
+            (!r.passed).then(|| (modified, format!("{}: {}", r.command, r.figures)))
+        })
+        .collect();
+    why.sort();
+    why.into_iter().map(|(_, w)| w).collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -77,9 +104,16 @@ pub fn run(args: Args) -> Result<()> {
     let only = |s: &&(&str, &str)| args.only.as_deref().is_none_or(|o| s.0.contains(o));
     for (name, line) in steps(args.quick).iter().filter(only) {
         log!("== ci: {name} ==");
-        let t = Instant::now();
+        let (t, since) = (Instant::now(), std::time::SystemTime::now());
         let result = command(line, &me).run().inspect_err(|e| log!("ci: {name} failed: {e}"));
-        done.push(Outcome { name, passed: result.is_ok(), seconds: t.elapsed().as_secs_f64() });
+        let why = if result.is_ok() { vec![] } else { failed_verdicts(since) };
+        let (passed, seconds) = (result.is_ok(), t.elapsed().as_secs_f64());
+        done.push(Outcome { name, passed, seconds, why });
+    }
+    for (name, why) in
+        done.iter().filter(|s| !s.passed).flat_map(|s| s.why.iter().map(|w| (s.name, w)))
+    {
+        log!("ci: {name} failed: {why}");
     }
     let passed = done.iter().all(|s| s.passed);
     let name = if args.quick { "ci quick" } else { "ci" };

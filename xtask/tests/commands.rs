@@ -39,8 +39,8 @@ fn the_steps_and_their_order() {
     let out = command("cargo --version", me).read().unwrap();
     assert!(out.starts_with("cargo "), "{out}");
     let done = [
-        Outcome { name: "fmt", passed: true, seconds: 2.6 },
-        Outcome { name: "test", passed: false, seconds: 100.2 },
+        Outcome { name: "fmt", passed: true, seconds: 2.6, why: vec![] },
+        Outcome { name: "test", passed: false, seconds: 100.2, why: vec!["test: x".into()] },
     ];
     assert_eq!(ci::figures(&done, 103.0), "fmt ok 3 s, test FAILED 100 s; 103 s in all");
 }
