@@ -208,8 +208,8 @@ pub fn run(a: Args) -> Result<()> {
 /// Builds the workspace's `local-runner` and `bootstrap` around `index` in `form`; the seconds.
 fn build_local_runner(index: &Path, form: &str) -> Result<f64> {
     let t = Instant::now();
-    let build = util::cargo_workspace("build", &["--bin", "local-runner", "--bin", "bootstrap"]);
-    util::run(&build.env("FRAUD_INDEX_ARTIFACT_IN", index).env("FRAUD_INDEX_EMBED", form))?;
+    let build = util::build_around(index, &["--bin", "local-runner", "--bin", "bootstrap"]);
+    util::run(&build.env("FRAUD_INDEX_EMBED", form))?;
     Ok(t.elapsed().as_secs_f64())
 }
 

@@ -47,8 +47,7 @@ pub fn prepare(references: &Path, count: u32, dir: &Path) -> Result<Vec<PathBuf>
     let each = (0..count).map(|k| {
         let shard = dir.join(format!("shard-{k}-of-{count}.idx"));
         log!("shards: bootstrap of shard {k} ({})", shard.display());
-        let build = util::cargo_workspace("build", &["--bin", "bootstrap"]);
-        util::run(&build.env("FRAUD_INDEX_ARTIFACT_IN", &shard))?;
+        util::run(&util::build_around(&shard, &["--bin", "bootstrap"]))?;
         let (built, served) = (util::target_dir().join(util::PROFILE), dir.join(k.to_string()));
         package::copy_bootstrap(&built.join("bootstrap"), &served)?;
         Ok(served)
