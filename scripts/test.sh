@@ -6,7 +6,12 @@
 # docker compose. `scripts/test.sh --quick` is the loop of a change (README, "Checking").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build
+# The build's Debian packages install while cargo downloads the crates; the build then reports
+# anything that could not be fetched.
+scripts/setup.sh build &
+setup=$!
+cargo fetch --quiet || true
+wait "$setup"
 target="${CARGO_TARGET_DIR:-target}"
 # The harness binary, built as the workspace build builds it: features resolved over the whole
 # workspace and clippy's lints on (xtask's `util::linted`), so that the workspace build reuses
