@@ -36,9 +36,11 @@ else
     # its own service is not wanted: the harness starts one on 127.0.0.1:5000 and stops it);
     # slowhttptest (the attack gate); python3-venv (the Python tools' venvs) and busybox-static
     # (the stand-in of the Lambda base image); prometheus (the smoke gate scrapes the APIs with
-    # it; its own service is not wanted either: the harness starts one per run).
+    # it; its own service is not wanted either: the harness starts one per run);
+    # libclang-rt-19-dev (LLVM's libFuzzer, prebuilt: `cargo xtask fuzz` links it instead of
+    # compiling libfuzzer-sys's copy).
     apt_install "${build_packages[@]}" haproxy wrk docker-registry slowhttptest python3-venv \
-        busybox-static prometheus
+        busybox-static prometheus libclang-rt-19-dev
     for service in docker-registry prometheus; do
         if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled "$service" >/dev/null 2>&1; then
             systemctl disable --now "$service" >/dev/null 2>&1 || true

@@ -64,15 +64,26 @@ fn build_targets(nightly: bool) -> duct::Expression {
     let toolchain: &[&str] = if nightly { &["+nightly"] } else { &[] };
     let args = [toolchain, &["build", "--release", "--bins", "--target", util::TRIPLE]].concat();
     let flags = FUZZ_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" ");
-    let e = duct::cmd("cargo", &args)
+    let mut e = duct::cmd("cargo", &args)
         .dir(util::root().join("fuzz"))
         .env("RUSTFLAGS", flags)
         .env("CARGO_PROFILE_RELEASE_DEBUG", "line-tables-only");
+    if let Some(lib) = prebuilt_libfuzzer() {
+        e = e.env("CUSTOM_LIBFUZZER_PATH", lib);
+    }
     if nightly {
         e
     } else {
         e.env("RUSTC_BOOTSTRAP", "1")
     }
+}
+
+/// Debian's libFuzzer (`libclang-rt-19-dev`, scripts/setup.sh), when it is installed: linked
+/// instead of the copy libfuzzer-sys compiles, 30 s of CPU on the targets' build's critical
+/// path (the build 68 s -> 44 s here, the same targets and flags).
+fn prebuilt_libfuzzer() -> Option<PathBuf> {
+    let lib = Path::new("/usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.fuzzer-x86_64.a");
+    lib.exists().then(|| lib.to_path_buf())
 }
 
 /// The targets: `fuzz/fuzz_targets/<name>.rs`, each the `[[bin]]` of its name.
