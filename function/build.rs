@@ -9,6 +9,8 @@
 //! - `FRAUD_INDEX_EMBED`: `bytes` (`include_bytes_aligned!`), `linker` (`.incbin` in a section
 //!   of its own) or `file` (the artifact beside the binary, mapped at start); by default by size
 //!   (`index_pack::embed` holds the rule and says why);
+//! - `FRAUD_INDEX_EMBED_DEFAULT`: the form when none is named (`linker` in the workspace's own
+//!   builds, .cargo/config.toml; empty in the shipped build: by size);
 //! - the index-pack library itself (cargo rebuilds this script when it changes).
 
 // The packer (and faiss with it) is a build dependency only with `embedded-index`, so crates
@@ -32,6 +34,7 @@ fn main() {
         "FRAUD_REFERENCES_SHA256",
         "FRAUD_INDEX_ARTIFACT_IN",
         "FRAUD_INDEX_EMBED",
+        "FRAUD_INDEX_EMBED_DEFAULT",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -130,7 +133,8 @@ fn emit(out_dir: &std::path::Path, out: &std::path::Path) {
     let len = std::fs::metadata(out).unwrap().len();
     println!("cargo:rustc-env=FRAUD_INDEX_ARTIFACT_LEN={len}");
     let requested = env::var("FRAUD_INDEX_EMBED").ok();
-    let form = index_pack::embed::Embed::choose(len, requested.as_deref())
+    let default = env::var("FRAUD_INDEX_EMBED_DEFAULT").ok();
+    let form = index_pack::embed::choose_for_build(len, requested.as_deref(), default.as_deref())
         .unwrap_or_else(|e| panic!("{e}"));
     match form {
         index_pack::embed::Embed::Bytes => {}

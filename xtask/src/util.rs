@@ -412,6 +412,9 @@ fn static_build(features: &[&str], bins: &[&str]) -> duct::Expression {
     linted(duct::cmd("cargo", [&args[..], features, bins].concat()).dir(root()))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("RUSTFLAGS", SHIPPED_RUSTFLAGS)
+        // The index's form by size (or as `FRAUD_INDEX_EMBED` names it), not the workspace's
+        // default (.cargo/config.toml).
+        .env("FRAUD_INDEX_EMBED_DEFAULT", "")
 }
 
 /// Copies `from` beside `to`, optionally dated `modified`, and renames it over `to`: a binary may
