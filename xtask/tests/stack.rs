@@ -300,19 +300,19 @@ fn the_gate_judges_each_kill_and_reports_its_figures() {
     };
     let summaries = [summary(18_000, 0, &[])];
     assert!(chaos::judge(600, std::slice::from_ref(&r), &[], &summaries).is_empty());
-    let want = "1 kills, each in its own 20 s at 600 req/s (18000 requests in all): failed per kill 1 (max 15, none started over 50 ms after the kill), unexplained 0; \
+    let want = "1 kills, each in its own 20 s at 600 req/s (18000 requests in all): failed per kill 1 (max 15, none started over 100 ms after the kill), unexplained 0; \
          marked DOWN 100 ms after the kill; own /ready 200 700 ms after the kill; in rotation 500 ms after /ready 200 (max 3000); \
          FP 0 FN 0, p99 up to 2.50 ms";
     assert_eq!(chaos::figures(600, std::slice::from_ref(&r), 0, &summaries, &[]), want);
     // The victim's half of 600 req/s over 50 ms: 15; at the final's peak, 28.
     assert_eq!((chaos::max_failed(600), chaos::max_failed(1130)), (15, 28));
-    let late = (60, 2, "1000 EOF".to_string());
+    let late = (120, 2, "1000 EOF".to_string());
     let (failures, failed) = ([r.failures.clone(), vec![late]].concat(), 16);
     let bad = KillReport { restarts: 0, failed, failures, rotation_ms: Some(9000), ..r };
     let problems = chaos::judge(600, &[bad], &[f], &[summary(10, 2, &[])]);
     let want = [
         "api1: 16 requests failed (max 15 at 600 req/s)",
-        "api1: 1 requests failed that started over 50 ms after the kill",
+        "api1: 1 requests failed that started over 100 ms after the kill",
         "api1: the engine did not restart it",
         "api1: back in rotation 8300 ms after its /ready 200 (max 3000)",
         "1 requests failed before any kill",

@@ -22,11 +22,13 @@ const VICTIMS: [&str; 2] = ["api1", "api2"];
 const SECONDS: u32 = 20;
 const FIRST_KILL_S: u64 = 10;
 /// The failures of a kill are the requests the victim was sent over its spliced connections
-/// until the kernel tore it down (docs/RESILIENCE.md): at most its share of the offered rate
-/// over `TEARDOWN_MS`, each started no later than `TEARDOWN_MS` after the kill. Every later
-/// request must reach the other API. 50 ms: over twice the window of the worst kill seen (10
-/// failed at 1,130 req/s, about 18 ms); a fixed 10 per kill failed on slower machines.
+/// until the kernel tore it down and HAProxy closed them (docs/RESILIENCE.md): at most its share
+/// of the offered rate over `TEARDOWN_MS`, each started no later than `LATE_MS` after the kill;
+/// every later request must reach the other API. Seen over the kills of four runs: at most 10
+/// per kill at 1,130 req/s (the victim's share over about 18 ms), started at most 28 ms after
+/// the kill. A fixed 10 per kill failed on a slower machine.
 const TEARDOWN_MS: u64 = 50;
+const LATE_MS: i64 = 100;
 /// Most ms from the victim's `/ready` 200 to HAProxy sending it sessions.
 const MAX_ROTATION_MS: u64 = 3000;
 
@@ -157,7 +159,7 @@ pub fn judge(
     let (mut problems, max) = (Vec::new(), max_failed(rate));
     for r in reports {
         let (v, failed, ready, up) = (&r.victim, r.failed, r.ready_ms, r.up_ms);
-        let late = r.failures.iter().filter(|f| f.0 > TEARDOWN_MS as i64).count();
+        let late = r.failures.iter().filter(|f| f.0 > LATE_MS).count();
         problems.extend(util::failed([
             (failed > max, format!("{v}: {failed} requests failed (max {max} at {rate} req/s)")),
             (
@@ -196,7 +198,7 @@ pub fn figures(rate: u32, r: &[KillReport], early: usize, s: &[Summary], p: &[St
     let [down, ready, rotation] =
         each.map(|f| util::list(r, |r| f(r).map_or("never".to_string(), |v| v.to_string())));
     format!(
-        "{n} kills, each in its own {SECONDS} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max}, none started over {TEARDOWN_MS} ms after the kill), unexplained {early}; \
+        "{n} kills, each in its own {SECONDS} s at {rate} req/s ({requests} requests in all): failed per kill {failed} (max {max}, none started over {LATE_MS} ms after the kill), unexplained {early}; \
          marked DOWN {down} ms after the kill; own /ready 200 {ready} ms after the kill; in rotation {rotation} ms after /ready 200 (max {MAX_ROTATION_MS}); \
          FP {fp} FN {fn_}, p99 up to {p99:.2} ms{problems}"
     )
