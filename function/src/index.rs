@@ -1,8 +1,9 @@
 //! The index the binaries carry: the artifact built by `build.rs` (through index-pack) from
 //! `resources/references.json.gz`, embedded with 32-byte alignment and opened in place.
 //!
-//! Three forms, chosen by `build.rs` (`FRAUD_INDEX_EMBED`, by default by size:
-//! `index_pack::embed` holds the rule and the limits):
+//! Three forms, chosen by `build.rs` (`FRAUD_INDEX_EMBED`, by default by size in the shipped
+//! build and `linker` in the workspace's own builds: `index_pack::embed` holds the rule and the
+//! limits):
 //! - `bytes` (up to 256 MiB: the contest's 3M references are 92 MB): `include_bytes_aligned!`,
 //!   the bytes a constant of this crate;
 //! - `linker` (up to 1,920 MiB): the assembler includes the file (`.incbin`) in a section of

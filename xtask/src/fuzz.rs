@@ -80,7 +80,7 @@ fn build_targets(nightly: bool) -> duct::Expression {
 
 /// Debian's libFuzzer (`libclang-rt-19-dev`, scripts/setup.sh), when it is installed: linked
 /// instead of the copy libfuzzer-sys compiles, 30 s of CPU on the targets' build's critical
-/// path (the build 68 s -> 44 s here, the same targets and flags).
+/// path (the build 68 s -> 40 s here, the same targets and flags).
 fn prebuilt_libfuzzer() -> Option<PathBuf> {
     let lib = Path::new("/usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.fuzzer-x86_64.a");
     lib.exists().then(|| lib.to_path_buf())

@@ -165,7 +165,7 @@ pub fn judge(
             (
                 late > 0,
                 format!(
-                    "{v}: {late} requests failed that started over {TEARDOWN_MS} ms after the kill"
+                    "{v}: {late} requests failed that started over {LATE_MS} ms after the kill"
                 ),
             ),
             (r.restarts == 0, format!("{v}: the engine did not restart it")),
