@@ -207,6 +207,9 @@ pub struct Partitioned {
     pub len: u32,
     /// SHA-256 of the source they were read from (zero for synthetic data).
     pub source_sha256: [u8; 32],
+    /// The ids the source gave its references, as (index, id) in index order; none for a source
+    /// without ids. The packer keeps them beside the artifact (`names`), never in it.
+    pub ids: Vec<(u32, String)>,
 }
 
 impl Partitioned {
@@ -280,6 +283,10 @@ impl Partitioned {
                     })
                     .collect();
             }
+        }
+        for (i, id) in self.ids {
+            let k = bounds.partition_point(|&b| b <= i) - 1;
+            out[k].ids.push((i - bounds[k], id));
         }
         out
     }

@@ -34,6 +34,8 @@ pub mod edits;
 pub mod embed;
 pub mod format;
 pub mod layout;
+#[cfg(feature = "pack")]
+pub mod names;
 pub mod report;
 #[cfg(feature = "pack")]
 pub mod source;
@@ -175,8 +177,11 @@ pub fn pack_file(
     opts: &PackOptions,
     output: &std::path::Path,
 ) -> anyhow::Result<Written> {
-    let parts = source::read_partitioned(references, expect, &|_| {})?;
-    write_index(output, &build(parts, opts, &mut Phases::default())?)
+    let mut parts = source::read_partitioned(references, expect, &|_| {})?;
+    let ids = names::Names::of_file(std::mem::take(&mut parts.ids), opts.first_position)?;
+    let written = write_index(output, &build(parts, opts, &mut Phases::default())?)?;
+    ids.write_beside(output, written.footer.crc32)?;
+    Ok(written)
 }
 
 /// An artifact as written.

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use index_pack::chain;
 use index_pack::edits::Edits;
 use index_pack::layout::Partitioned;
+use index_pack::names::Names;
 use index_pack::source::{read_partitioned, Expect};
 use index_pack::{format, CodecKind, PackOptions, Phases};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -57,7 +58,7 @@ enum Command {
     /// Pack a day's changes to a set into a delta, searched with its base without packing it
     /// again: new references (`--references`, at the positions that follow the base's and
     /// those of the deltas given with `--after`), and removals and relabels of references
-    /// already in the set (`--edits`, by position). The delta records the base it extends; a
+    /// already in the set (`--edits`, by position or id). The delta records the base it extends; a
     /// binary refuses it with another base, and a chain whose edits name a position it does
     /// not hold.
     Delta {
@@ -70,7 +71,10 @@ enum Command {
         /// The new references (JSON, optionally .gz).
         #[arg(long, required_unless_present = "edits")]
         references: Option<PathBuf>,
-        /// The removals and relabels (`{"remove":[P..],"relabel":[{"position":P,"label":L}..]}`).
+        /// The removals and relabels (`{"remove":[P..],"relabel":[{"position":P,"label":L}..]}`;
+        /// a reference can be named by its id instead of its position, `"ID"` and `{"id":ID,..}`,
+        /// where the references files gave ids: the maps `<artifact>.names` beside the chain's
+        /// artifacts).
         #[arg(long)]
         edits: Option<PathBuf>,
         #[arg(long, short)]
@@ -272,6 +276,20 @@ impl Chain {
         let hidden = chain::hidden_rows(&indexes)?;
         Ok((opened, hidden))
     }
+
+    /// The ids of the chain's references: the maps kept beside its artifacts, together.
+    fn names(&self, opened: &[format::Opened<'_>]) -> Result<Names> {
+        let mut all = Names::default();
+        for (o, path) in opened.iter().zip(&self.paths) {
+            let h = &o.index.header;
+            let range = h.first_position.to_native()..o.end_position();
+            if let Some(names) = Names::read_beside(path, o.footer.crc32, range)? {
+                all.extend(names)
+                    .with_context(|| format!("{}: the chain's ids", path.display()))?;
+            }
+        }
+        Ok(all)
+    }
 }
 
 fn delta(
@@ -287,11 +305,24 @@ fn delta(
     let (opened, hidden) = chain_files.resolve()?;
     let base = opened[0];
     let expect = references_sha256.map_or(Expect::Any, Expect::Sha256);
-    let added = match references {
+    let mut added = match references {
         Some(r) => read_partitioned(r, &expect, &|_| {})?,
         None => Partitioned::default(),
     };
-    let edits = edits_path.map(Edits::read).transpose()?.unwrap_or_default();
+    let names = chain_files.names(&opened)?;
+    let edits = edits_path
+        .map(|p| Edits::read(p, &names))
+        .transpose()?
+        .unwrap_or_default();
+    let first = opened.iter().map(|o| o.end_position()).max().unwrap_or(0);
+    let new_ids = Names::of_file(std::mem::take(&mut added.ids), first)?;
+    if let Some((id, p)) = new_ids
+        .positions
+        .iter()
+        .find(|(id, _)| names.position(id).is_some())
+    {
+        anyhow::bail!("the new reference at position {p} has id {id:?}, which the set already names (position {})", names.positions[id]);
+    }
     let indexes: Vec<_> = opened.iter().map(|o| o.index).collect();
     let d = chain::delta_rows(&indexes, &hidden, added, &edits.remove, &edits.relabel)
         .with_context(|| match edits_path {
@@ -313,6 +344,7 @@ fn delta(
     };
     let index = index_pack::build(d.rows, &opts, &mut Phases::default())?;
     let written = index_pack::write_index(output, &index)?;
+    new_ids.write_beside(output, written.footer.crc32)?;
     eprintln!(
         "wrote {} ({} bytes): references at positions {}..{}, {} removed, {} relabelled, after \
          base {} (CRC32 {:08x}) in {:.1} s",
@@ -375,9 +407,12 @@ fn compact(
         ..cells_of(opened[0].index, cells, kmeans_iters)
     };
     let live = rows.len;
+    let names = chain_files.names(&opened)?;
+    let kept = live_names(names, &rows, opts.first_position);
     let mut phases = Phases::default();
     let index = index_pack::build(rows, &opts, &mut phases)?;
     let written = index_pack::write_index(output, &index)?;
+    kept.write_beside(output, written.footer.crc32)?;
     eprintln!(
         "wrote {} ({} bytes): the {live} live references of positions 0..{end}, a base and {} \
          deltas folded, in {:.1} s",
@@ -394,6 +429,21 @@ fn compact(
     });
     println!("{report}");
     Ok(())
+}
+
+/// The names of `rows`' live references only: a removed reference's id leaves with its row.
+fn live_names(mut names: Names, rows: &Partitioned, first_position: u32) -> Names {
+    if names.is_empty() {
+        return names;
+    }
+    let live: std::collections::HashSet<u32> = rows
+        .parts
+        .iter()
+        .flatten()
+        .map(|r| first_position.wrapping_add(r.index))
+        .collect();
+    names.positions.retain(|_, p| live.contains(p));
+    names
 }
 
 fn split(
@@ -423,11 +473,13 @@ fn split(
     let next = std::sync::atomic::AtomicU32::new(0);
     let pack_one = |k: u32| -> Result<()> {
         let (lo, hi) = (bounds[k as usize], bounds[k as usize + 1]);
-        let shard = shards[k as usize]
+        let mut shard = shards[k as usize]
             .lock()
             .expect("a packing thread panicked")
             .take()
             .expect("each shard is packed once");
+        let ids = Names::of_file(std::mem::take(&mut shard.ids), lo)
+            .with_context(|| format!("{}: its ids", references.display()))?;
         let opts = PackOptions {
             first_position: lo,
             part: format::Part::Shard {
@@ -442,6 +494,7 @@ fn split(
         let index = index_pack::build(shard, &opts, &mut Phases::default())?;
         let path = output_dir.join(format!("shard-{k}-of-{count}.idx"));
         let written = index_pack::write_index(&path, &index)?;
+        ids.write_beside(&path, written.footer.crc32)?;
         eprintln!(
             "shard {k}: positions {lo}..{hi}, {} bytes in {:.1} s",
             written.bytes,
@@ -513,8 +566,10 @@ fn build(
             .progress_chars("=> "),
     );
     bar.set_message("reading");
-    let parts = read_partitioned(references, expect, &|read| bar.set_position(read))?;
+    let mut parts = read_partitioned(references, expect, &|read| bar.set_position(read))?;
     bar.finish_and_clear();
+    let ids = Names::of_file(std::mem::take(&mut parts.ids), 0)
+        .with_context(|| format!("{}: its ids", references.display()))?;
     let mut phases = Phases {
         read_s: started.elapsed().as_secs_f64(),
         ..Phases::default()
@@ -535,6 +590,7 @@ fn build(
     let t = Instant::now();
     let written = index_pack::write_index(output, &index)?;
     drop(index);
+    ids.write_beside(output, written.footer.crc32)?;
     phases.write_s = t.elapsed().as_secs_f64();
     let (bytes, sha256) = (written.bytes, written.sha256);
     let (peak_rss_mb, total_s) = (peak_rss_mb(), started.elapsed().as_secs_f64());

@@ -1,6 +1,7 @@
 //! Reading the contest's `references.json(.gz)`: streamed, hashed, validated record by record.
 //!
-//! The file is one JSON array of `{"vector": [14 numbers], "label": "fraud" | "legit"}`. It is
+//! The file is one JSON array of `{"vector": [14 numbers], "label": "fraud" | "legit"}`, each
+//! record optionally with an `"id"` (a string) that edits can name it by ([`crate::names`]). It is
 //! never held whole in memory: one thread reads, decompresses and hashes it (the SHA-256 of the
 //! decompressed bytes, to compare with the contest's published value) and cuts it into chunks
 //! of whole records (checking the array's own shape as it goes), while the caller's thread
@@ -60,7 +61,7 @@ pub fn read_references(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<References, SourceError> {
     let mut refs = References::default();
-    refs.source_sha256 = read_each(path, expect, progress, |v, fraud| {
+    refs.source_sha256 = read_each(path, expect, progress, |v, fraud, _| {
         refs.vectors.push(v);
         refs.fraud.push(fraud);
     })?;
@@ -74,7 +75,12 @@ pub fn read_partitioned(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Partitioned, SourceError> {
     let mut parts = Partitioned::default();
-    parts.source_sha256 = read_each(path, expect, progress, |v, fraud| parts.push(&v, fraud))?;
+    parts.source_sha256 = read_each(path, expect, progress, |v, fraud, id| {
+        if let Some(id) = id {
+            parts.ids.push((parts.len, id));
+        }
+        parts.push(&v, fraud)
+    })?;
     Ok(parts)
 }
 
@@ -83,6 +89,9 @@ pub fn read_partitioned(
 struct Record {
     vector: [f64; DIMS],
     label: Label,
+    /// What the team calls the reference (a transaction's id), for edits to name it by.
+    #[serde(default)]
+    id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -110,7 +119,7 @@ fn read_each(
     path: &Path,
     expect: &Expect,
     progress: &(dyn Fn(u64) + Sync),
-    mut each: impl FnMut([i16; DIMS], bool),
+    mut each: impl FnMut([i16; DIMS], bool, Option<String>),
 ) -> Result<[u8; 32], SourceError> {
     let name = path.display().to_string();
     let file = File::open(path).map_err(|source| SourceError::Io {
@@ -136,7 +145,7 @@ fn read_each(
                             record.map_err(|e| parse_error(format!("record {n}: {e}")))?;
                         let v = to_fixed(&r.vector)
                             .map_err(|e| parse_error(format!("record {n}: {e}")))?;
-                        each(v, matches!(r.label, Label::Fraud));
+                        each(v, matches!(r.label, Label::Fraud), r.id);
                         n += 1;
                     }
                 }

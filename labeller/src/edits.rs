@@ -1,10 +1,12 @@
 //! Edits to a reference set, applied the way the labeller would see the corrected file.
 //!
 //! An edits file names references by position (their index in the base's file followed by each
-//! delta's, 0-based) and says which to remove and which to relabel:
+//! delta's, 0-based) or by the `id` their file gave them, and says which to remove and which to
+//! relabel:
 //!
 //! ```json
-//! {"remove": [1234, 88012], "relabel": [{"position": 7, "label": "fraud"}]}
+//! {"remove": [1234, "tx-88012"], "relabel": [{"position": 7, "label": "fraud"},
+//!                                           {"id": "tx-0042", "label": "legit"}]}
 //! ```
 //!
 //! The corrected file is the original with the removed rows deleted and the relabelled ones
@@ -35,7 +37,7 @@ pub struct Edits {
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
-    remove: Vec<u32>,
+    remove: Vec<serde_json::Value>,
     #[serde(default)]
     relabel: Vec<Relabel>,
 }
@@ -43,27 +45,55 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Relabel {
-    position: u32,
+    position: Option<u32>,
+    id: Option<String>,
     label: String,
 }
 
+/// Each id of the set and its row ([`References::rows_by_id`]).
+pub type Ids<'a> = std::collections::HashMap<&'a str, u32>;
+
 impl Edits {
-    pub fn read(path: &Path) -> anyhow::Result<Edits> {
+    /// Reads an edits file; its ids are looked up in `ids` (the set's, as read from its files).
+    pub fn read(path: &Path, ids: &Ids) -> anyhow::Result<Edits> {
         use anyhow::Context;
         let bytes =
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Edits::parse(&bytes).with_context(|| format!("{}: not an edits file", path.display()))
+        Edits::parse(&bytes, ids).with_context(|| format!("{}: not an edits file", path.display()))
     }
 
-    pub fn parse(bytes: &[u8]) -> anyhow::Result<Edits> {
+    pub fn parse(bytes: &[u8], ids: &Ids) -> anyhow::Result<Edits> {
         let file: File = serde_json::from_slice(bytes)?;
+        let by_id = |id: &str| {
+            ids.get(id)
+                .copied()
+                .ok_or_else(|| anyhow::anyhow!("no reference has id {id:?}"))
+        };
+        let remove = file
+            .remove
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::String(id) => by_id(id),
+                v => v
+                    .as_u64()
+                    .and_then(|p| u32::try_from(p).ok())
+                    .ok_or_else(|| anyhow::anyhow!("{v} is neither a position nor an id")),
+            })
+            .collect::<anyhow::Result<_>>()?;
         let relabel = file
             .relabel
             .into_iter()
-            .map(|r| match r.label.as_str() {
-                "fraud" => Ok((r.position, true)),
-                "legit" => Ok((r.position, false)),
-                other => anyhow::bail!("label {other:?} is neither \"fraud\" nor \"legit\""),
+            .map(|r| {
+                let p = match (r.position, &r.id) {
+                    (Some(p), None) => p,
+                    (None, Some(id)) => by_id(id)?,
+                    _ => anyhow::bail!("a relabel names a position or an id, one of them"),
+                };
+                match r.label.as_str() {
+                    "fraud" => Ok((p, true)),
+                    "legit" => Ok((p, false)),
+                    other => anyhow::bail!("label {other:?} is neither \"fraud\" nor \"legit\""),
+                }
             })
             .collect::<anyhow::Result<_>>()?;
         let sha256 = Sha256::digest(bytes)
@@ -71,7 +101,7 @@ impl Edits {
             .map(|b| format!("{b:02x}"))
             .collect();
         Ok(Edits {
-            remove: file.remove,
+            remove,
             relabel,
             sha256,
         })
@@ -134,6 +164,8 @@ impl Edited {
                 rows: Vec::with_capacity(keep),
                 fraud: Vec::with_capacity(keep),
                 sha256: refs.sha256,
+                // The corrected file's rows are compared by position, never named.
+                ids: Vec::new(),
             },
             positions: Vec::with_capacity(keep),
         };
@@ -176,13 +208,12 @@ pub fn read_set(
 ) -> anyhow::Result<(Edited, Vec<crate::adversarial::Target>)> {
     let mut refs = crate::references::read(base, contest)?;
     for path in added {
-        let more = crate::references::read(path, false)?;
-        refs.rows.extend(more.rows);
-        refs.fraud.extend(more.fraud);
+        refs.append(crate::references::read(path, false)?);
     }
+    let ids = refs.rows_by_id()?;
     let edits = edits
         .iter()
-        .map(|p| Edits::read(p))
+        .map(|p| Edits::read(p, &ids))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let changed = changed(&refs, &edits);
     let edited = Edited::apply(refs, &edits)?;
@@ -235,13 +266,13 @@ impl Edited {
 
 /// An edits file's text removing `remove` and relabelling `relabel` distinct references of
 /// `refs` at positions in `range`, drawn at random (seeded), each relabel flipping the label;
-/// positions ascending.
+/// positions ascending; with `by_id`, a reference its file gave an id is named by it.
 pub fn draw(
     refs: &References,
     range: std::ops::Range<u32>,
-    remove: usize,
-    relabel: usize,
+    (remove, relabel): (usize, usize),
     seed: u64,
+    by_id: bool,
 ) -> anyhow::Result<String> {
     anyhow::ensure!(
         range.end as usize <= refs.len() && remove + relabel <= range.len(),
@@ -268,9 +299,23 @@ pub fn draw(
             "fraud"
         }
     };
+    let ids: std::collections::HashMap<u32, &str> = match by_id {
+        true => refs.ids.iter().map(|(i, id)| (*i, id.as_str())).collect(),
+        false => Default::default(),
+    };
     let relabel: Vec<serde_json::Value> = flipped
         .iter()
-        .map(|&p| serde_json::json!({"position": p, "label": label(p)}))
+        .map(|&p| match ids.get(&p) {
+            Some(id) => serde_json::json!({"id": id, "label": label(p)}),
+            None => serde_json::json!({"position": p, "label": label(p)}),
+        })
+        .collect();
+    let gone: Vec<serde_json::Value> = gone
+        .iter()
+        .map(|&p| {
+            ids.get(&p)
+                .map_or(serde_json::json!(p), |id| serde_json::json!(id))
+        })
         .collect();
     Ok(serde_json::to_string(&serde_json::json!({"remove": gone, "relabel": relabel}))? + "\n")
 }
@@ -286,8 +331,11 @@ mod tests {
 
     #[test]
     fn the_corrected_file_keeps_order_and_positions() {
-        let e = Edits::parse(br#"{"remove":[1,3],"relabel":[{"position":2,"label":"fraud"}]}"#)
-            .unwrap();
+        let e = Edits::parse(
+            br#"{"remove":[1,3],"relabel":[{"position":2,"label":"fraud"}]}"#,
+            &Ids::new(),
+        )
+        .unwrap();
         let edited = Edited::apply(refs(5), &[e]).unwrap();
         assert_eq!(edited.refs.len(), 3);
         assert_eq!(edited.refs.fraud, vec![false, true, false]);
@@ -302,23 +350,59 @@ mod tests {
 
     #[test]
     fn drawn_edits_apply() {
-        let text = draw(&refs(50), 0..50, 5, 4, 1).unwrap();
-        let e = Edits::parse(text.as_bytes()).unwrap();
+        let text = draw(&refs(50), 0..50, (5, 4), 1, false).unwrap();
+        let e = Edits::parse(text.as_bytes(), &Ids::new()).unwrap();
         assert_eq!((e.remove.len(), e.relabel.len()), (5, 4));
-        let edited = Edited::apply(refs(50), &[e]).unwrap();
+        let edited = Edited::apply(refs(50), std::slice::from_ref(&e)).unwrap();
         assert_eq!(edited.refs.len(), 45);
         assert_eq!(edited.refs.fraud.iter().filter(|&&f| f).count(), 4);
+        // The same draw by id: every row named by its id, the same rows edited.
+        let mut named = refs(50);
+        named.ids = (0..50).map(|i| (i, format!("tx-{i}"))).collect();
+        let text = draw(&named, 0..50, (5, 4), 1, true).unwrap();
+        assert!(
+            !text.contains("position") && text.contains("\"tx-"),
+            "{text}"
+        );
+        let by_id = Edits::parse(text.as_bytes(), &named.rows_by_id().unwrap()).unwrap();
+        assert_eq!((by_id.remove, by_id.relabel), (e.remove, e.relabel));
     }
 
     #[test]
     fn an_edit_of_a_row_not_in_the_set_is_an_error() {
-        let gone = Edits::parse(br#"{"remove":[1]}"#).unwrap();
-        let again = Edits::parse(br#"{"relabel":[{"position":1,"label":"fraud"}]}"#).unwrap();
+        let gone = Edits::parse(br#"{"remove":[1]}"#, &Ids::new()).unwrap();
+        let again = Edits::parse(
+            br#"{"relabel":[{"position":1,"label":"fraud"}]}"#,
+            &Ids::new(),
+        )
+        .unwrap();
         assert!(Edited::apply(refs(3), &[gone.clone(), again]).is_err());
-        let past = Edits::parse(br#"{"remove":[3]}"#).unwrap();
+        let past = Edits::parse(br#"{"remove":[3]}"#, &Ids::new()).unwrap();
         assert!(Edited::apply(refs(3), &[past]).is_err());
-        let same = Edits::parse(br#"{"relabel":[{"position":0,"label":"legit"}]}"#).unwrap();
+        let same = Edits::parse(
+            br#"{"relabel":[{"position":0,"label":"legit"}]}"#,
+            &Ids::new(),
+        )
+        .unwrap();
         assert!(Edited::apply(refs(3), &[same]).is_err());
-        assert!(Edits::parse(br#"{"relabel":[{"position":0,"label":"maybe"}]}"#).is_err());
+        assert!(Edits::parse(
+            br#"{"relabel":[{"position":0,"label":"maybe"}]}"#,
+            &Ids::new()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn ids_name_rows_of_the_set() {
+        let ids: Ids = [("tx-a", 4), ("tx-b", 9)].into_iter().collect();
+        let e = Edits::parse(
+            br#"{"remove":["tx-a",2],"relabel":[{"id":"tx-b","label":"fraud"}]}"#,
+            &ids,
+        )
+        .unwrap();
+        assert_eq!((e.remove, e.relabel), (vec![4, 2], vec![(9, true)]));
+        let unknown = Edits::parse(br#"{"remove":["tx-c"]}"#, &ids).unwrap_err();
+        assert!(unknown.to_string().contains("no reference has id \"tx-c\""));
+        assert!(Edits::parse(br#"{"remove":[-1]}"#, &ids).is_err());
     }
 }

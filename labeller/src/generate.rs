@@ -238,11 +238,10 @@ fn request(rng: &mut Rng, fraud_ratio: f64, dates: Dates) -> (Profile, String) {
 
 /// Writes `count` references drawn from `seed` as the contest's references file (one JSON
 /// array of `{"vector": [14 numbers], "label": "fraud" | "legit"}`, numbers as the generator
-/// writes them), streamed; `progress` is told how many are written. Returns how many are fraud.
+/// writes them; with `ids`, each record also has `"id": "<ids><index>"`), streamed; `progress` is told how many are written. Returns how many are fraud.
 pub fn write_references(
     out: &mut impl std::io::Write,
-    count: usize,
-    seed: u64,
+    (count, seed, ids): (usize, u64, Option<&str>),
     progress: &dyn Fn(usize),
 ) -> std::io::Result<usize> {
     let mut rng = Rng::new(seed);
@@ -254,9 +253,10 @@ pub fn write_references(
         let sep = if i == 0 { "" } else { "," };
         let numbers: Vec<String> = v.iter().map(|&x| number(x)).collect();
         let label = if fraud { "fraud" } else { "legit" };
+        let id = ids.map_or(String::new(), |prefix| format!(r#""id":"{prefix}{i}","#));
         write!(
             out,
-            r#"{sep}{{"vector":[{}],"label":"{label}"}}"#,
+            r#"{sep}{{{id}"vector":[{}],"label":"{label}"}}"#,
             numbers.join(",")
         )?;
         if i % 65_536 == 0 {
@@ -301,7 +301,7 @@ mod tests {
     #[test]
     fn references_follow_the_generators_reference_profiles() {
         let mut out = Vec::new();
-        let frauds = write_references(&mut out, 20_000, 3, &|_| {}).unwrap();
+        let frauds = write_references(&mut out, (20_000, 3, None), &|_| {}).unwrap();
         let text = String::from_utf8(out).unwrap();
         let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(rows.len(), 20_000);

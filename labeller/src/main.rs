@@ -95,6 +95,9 @@ enum Command {
         seed: u64,
         #[arg(long)]
         out: PathBuf,
+        /// Give each reference an id, this prefix and its index in the file (edits can name it).
+        #[arg(long)]
+        ids: Option<String>,
     },
     /// Write an edits file (`labeller::edits`) that removes REMOVE and relabels RELABEL distinct
     /// references of the set drawn at random (seeded; a relabel flips the label): a day's
@@ -116,6 +119,9 @@ enum Command {
         seed: u64,
         #[arg(long)]
         out: PathBuf,
+        /// Name each reference by its id where its file gave it one (by position otherwise).
+        #[arg(long)]
+        by_id: bool,
     },
 }
 
@@ -158,7 +164,12 @@ fn main() -> Result<()> {
             references,
             any_references,
         } => generate_csv(count, seed, &out, &references, !any_references),
-        Command::GenerateReferences { count, seed, out } => generate_references(count, seed, &out),
+        Command::GenerateReferences {
+            count,
+            seed,
+            out,
+            ids,
+        } => generate_references((count, seed, ids.as_deref()), &out),
         Command::GenerateEdits {
             references,
             from,
@@ -167,12 +178,13 @@ fn main() -> Result<()> {
             relabel,
             seed,
             out,
+            by_id,
         } => {
             let (edited, _) =
                 labeller::edits::read_set(&references[0], false, &references[1..], &[])?;
             let refs = edited.refs;
             let range = from..to.unwrap_or(refs.len() as u32);
-            let text = labeller::edits::draw(&refs, range, remove, relabel, seed)?;
+            let text = labeller::edits::draw(&refs, range, (remove, relabel), seed, by_id)?;
             std::fs::write(&out, text)
                 .with_context(|| format!("cannot write {}", out.display()))?;
             eprintln!(
@@ -213,7 +225,7 @@ fn main() -> Result<()> {
     }
 }
 
-fn generate_references(count: usize, seed: u64, out: &Path) -> Result<()> {
+fn generate_references((count, seed, ids): (usize, u64, Option<&str>), out: &Path) -> Result<()> {
     use std::io::Write;
     let started = std::time::Instant::now();
     let file =
@@ -228,11 +240,11 @@ fn generate_references(count: usize, seed: u64, out: &Path) -> Result<()> {
     let frauds = if out.extension().is_some_and(|e| e == "gz") {
         // Fast compression: a 30M set is ~4.5 GB of JSON.
         let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-        let frauds = write(&mut gz, count, seed, &progress)?;
+        let frauds = write(&mut gz, (count, seed, ids), &progress)?;
         gz.finish()?.flush()?;
         frauds
     } else {
-        let frauds = write(&mut file, count, seed, &progress)?;
+        let frauds = write(&mut file, (count, seed, ids), &progress)?;
         file.flush()?;
         frauds
     };

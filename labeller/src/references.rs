@@ -24,6 +24,8 @@ pub struct References {
     pub fraud: Vec<bool>,
     /// SHA-256 (hex) of the JSON text that was read.
     pub sha256: String,
+    /// The ids the file gave its references, as (row, id), rows ascending (none: no ids).
+    pub ids: Vec<(u32, String)>,
 }
 
 impl References {
@@ -42,7 +44,33 @@ impl References {
             rows,
             fraud,
             sha256: String::new(),
+            ids: Vec::new(),
         }
+    }
+
+    /// `more` after these rows (the next file of a set), its ids with it; the first file's
+    /// digest is kept (`more` is moved in whole after no rows: no copy of its rows).
+    pub fn append(&mut self, more: References) {
+        let offset = self.rows.len() as u32;
+        if self.rows.is_empty() {
+            *self = more;
+            return;
+        }
+        self.rows.extend(more.rows);
+        self.fraud.extend(more.fraud);
+        self.ids
+            .extend(more.ids.into_iter().map(|(i, id)| (i + offset, id)));
+    }
+
+    /// Each id's row; an id given to two rows is refused.
+    pub fn rows_by_id(&self) -> anyhow::Result<std::collections::HashMap<&str, u32>> {
+        let mut out = std::collections::HashMap::with_capacity(self.ids.len());
+        for (i, id) in &self.ids {
+            if let Some(first) = out.insert(id.as_str(), *i) {
+                anyhow::bail!("id {id:?} is given to rows {first} and {i}");
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -118,7 +146,10 @@ pub fn parse(source: impl Read) -> Result<References, ScanError> {
         s.bump();
     } else {
         loop {
-            let (row, fraud) = s.record()?;
+            let (row, fraud, id) = s.record()?;
+            if let Some(id) = id {
+                refs.ids.push((refs.rows.len() as u32, id));
+            }
             refs.rows.push(row);
             refs.fraud.push(fraud);
             match s.next()? {
@@ -284,11 +315,12 @@ impl<R: Read> Scanner<R> {
         Ok(v)
     }
 
-    /// One `{"vector": [...], "label": "..."}` (keys in any order, both required).
-    fn record(&mut self) -> Result<([f64; DIMS], bool), ScanError> {
+    /// One `{"vector": [...], "label": "..."}` (keys in any order, both required), with an
+    /// optional `"id"` (a string without escapes).
+    fn record(&mut self) -> Result<([f64; DIMS], bool, Option<String>), ScanError> {
         let mut key = Vec::new();
         let mut scratch = Vec::new();
-        let (mut row, mut fraud) = (None, None);
+        let (mut row, mut fraud, mut id) = (None, None, None);
         self.expect(b'{')?;
         loop {
             self.string(&mut key)?;
@@ -321,6 +353,12 @@ impl<R: Read> Scanner<R> {
                         }
                     });
                 }
+                b"id" if id.is_none() => {
+                    self.string(&mut scratch)?;
+                    let text = String::from_utf8(scratch.clone())
+                        .map_err(|_| self.error("an id must be UTF-8"))?;
+                    id = Some(text);
+                }
                 other => {
                     let other = String::from_utf8_lossy(other).into_owned();
                     return Err(self.error(&format!("unexpected or repeated key {other:?}")));
@@ -333,7 +371,7 @@ impl<R: Read> Scanner<R> {
             }
         }
         match (row, fraud) {
-            (Some(r), Some(f)) => Ok((r, f)),
+            (Some(r), Some(f)) => Ok((r, f, id)),
             _ => Err(self.error("a reference needs both \"vector\" and \"label\"")),
         }
     }
@@ -362,6 +400,21 @@ mod tests {
         assert_eq!(r.rows[1][2], 0.5);
         assert_eq!(r.fraud, vec![false, true]);
         assert_eq!(r.sha256, hex(&Sha256::digest(TWO.as_bytes())));
+    }
+
+    #[test]
+    fn reads_ids_where_the_file_gives_them() {
+        let text = r#"[{"id":"tx-1","vector":[1,1,1,1,1,1,1,1,1,1,1,1,1,1],"label":"legit"},
+            {"vector":[1,1,1,1,1,1,1,1,1,1,1,1,1,1],"label":"legit"},
+            {"vector":[1,1,1,1,1,1,1,1,1,1,1,1,1,1],"label":"fraud","id":"tx-3"}]"#;
+        let mut r = parse_str(text).unwrap();
+        assert_eq!(
+            r.ids,
+            vec![(0, "tx-1".to_string()), (2, "tx-3".to_string())]
+        );
+        r.append(parse_str(text).unwrap());
+        let rows = r.rows_by_id().unwrap_err().to_string();
+        assert!(rows.contains("\"tx-1\" is given to rows 0 and 3"), "{rows}");
     }
 
     #[test]

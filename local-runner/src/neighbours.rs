@@ -307,16 +307,12 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
         }
         // The first part is moved, not copied: at 100M references the rows are 11.2 GB, and a
         // copy beside them ran a 24 GB machine out of memory.
-        if refs.rows.is_empty() {
-            refs = part;
-        } else {
-            refs.rows.extend(part.rows);
-            refs.fraud.extend(part.fraud);
-        }
+        refs.append(part);
     }
     let mut edits = Vec::new();
+    let ids = refs.rows_by_id()?;
     for (path, want) in args.edits.iter().zip(&edit_sources) {
-        let e = labeller::edits::Edits::read(path)?;
+        let e = labeller::edits::Edits::read(path, &ids)?;
         if &e.sha256 != want {
             bail!(
                 "{} has SHA-256 {}, the delta was packed from {want}",

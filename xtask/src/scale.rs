@@ -24,9 +24,16 @@ pub struct Args {
 pub const GENERATED: u64 = 2_000;
 pub const ADVERSARIAL: u64 = 500;
 
-/// `count` references drawn from `seed` the way the contest's generator draws its own.
-pub fn draw(labeller: &Path, count: usize, seed: u64, out: &Path) -> Result<()> {
-    let words = format!("generate-references --count {count} --seed {seed}");
+/// `count` references drawn from `seed` the way the contest's generator draws its own (with
+/// `ids`, each named `<ids><index>`).
+pub fn draw(
+    labeller: &Path,
+    (count, seed): (usize, u64),
+    ids: Option<&str>,
+    out: &Path,
+) -> Result<()> {
+    let ids = ids.map_or(String::new(), |prefix| format!(" --ids {prefix}"));
+    let words = format!("generate-references --count {count} --seed {seed}{ids}");
     util::run(&util::command(labeller, &words, &[("--out", out)]))
 }
 
@@ -101,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
         (dir.join("references.json.gz"), dir.join("index.idx"), dir.join("tests.json.gz"));
     let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
     log!("scale: {} synthetic references (seed {}), packed", a.references, a.seed);
-    draw(&labeller, a.references, a.seed, &refs)?;
+    draw(&labeller, (a.references, a.seed), None, &refs)?;
     // Few k-means iterations: the answers do not depend on them (the work per query does).
     let pack = pack(&index_pack, &refs, &index, "--kmeans-iters 4")?;
     let mut r = Report { references: a.references, pack, ..Report::default() };
@@ -150,13 +157,18 @@ pub fn run(a: Args) -> Result<()> {
     ];
     r.shards = neighbours_of(&local_runner, &paths, a.seed)?;
     let (new, delta) = (dir.join("delta.json.gz"), dir.join("delta.idx"));
-    draw(&labeller, DELTA, a.seed + 1, &new)?;
+    // The new references carry ids, and the edits name those by id (the maps the packer keeps
+    // beside the artifacts; the labeller reads the ids from the files on its own).
+    draw(&labeller, (DELTA, a.seed + 1), Some("tx-"), &new)?;
     let paths = [("--base", index.as_path()), ("--references", &new), ("--output", &delta)];
     util::run(&util::command(&index_pack, "delta", &paths))?;
     let (edits, edit_delta) = (dir.join("edits.json"), dir.join("edits.idx"));
-    let words = format!("generate-edits --remove {EDITS} --relabel {EDITS} --seed {}", a.seed + 2);
+    let words =
+        format!("generate-edits --remove {EDITS} --relabel {EDITS} --seed {} --by-id", a.seed + 2);
     let paths = [("--references", refs.as_path()), ("--references", &new), ("--out", &edits)];
     util::run(&util::command(&labeller, &words, &paths))?;
+    let by_id = fs::read_to_string(&edits)?.matches("\"tx-").count();
+    ensure!(by_id > 0, "{}: no edit names a reference by id", edits.display());
     let paths = [
         ("--base", index.as_path()),
         ("--after", &delta),

@@ -28,12 +28,23 @@ pub struct Args {
     /// made at shard 1 in turn, then the deployment hook through the front (CI).
     #[arg(long, conflicts_with = "check")]
     faults: bool,
+    /// Emulators per shard, behind one HAProxy endpoint that gives each a single invocation at a
+    /// time (the emulator runs one at once, as one Lambda execution environment does): the
+    /// front's concurrent invocations as Lambda would take them, each in an environment of its
+    /// own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pool: u32,
 }
 
 /// The shards served and their front: stopped (every process killed) when dropped, front first.
 pub struct Running {
     pub front: util::Killed,
+    /// The pool's HAProxy, with more than one emulator per shard.
+    pub pool: Option<util::Killed>,
+    /// The first emulator of each shard, in order.
     pub shards: Vec<Emulator>,
+    /// The other emulators of each shard's pool.
+    pub spares: Vec<Emulator>,
 }
 
 /// Splits `references` into `count` shards under `dir`, each with its bootstrap; their
@@ -55,21 +66,37 @@ pub fn prepare(references: &Path, count: u32, dir: &Path) -> Result<Vec<PathBuf>
     each.collect()
 }
 
-/// Each shard under the emulator (fresh: queries initialise them), a front on `listen`, ready.
-pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
+/// Each shard under `pool` emulators (fresh: queries initialise them), a front on `listen`, ready.
+pub fn serve(shard_dirs: &[PathBuf], listen: &str, pool: u32) -> Result<Running> {
     let rie = Tools::ensure()?.rie;
     // The shards' settings in template-sharded.yaml: the index read at init when it fits.
     let env = vec![("FRAUD_LAMBDA_ROLE".to_string(), "shard".to_string())];
     let settings = Settings { memory_mb: 3072, timeout_s: 10, env, ..Settings::default() };
-    let start = |d: &PathBuf| Emulator::start(&rie, d, &settings, &d.join("rie.log"));
-    let shards = shard_dirs.iter().map(start).collect::<Result<Vec<_>>>()?;
-    let target = |s: &Emulator| format!("{}#function", s.url.trim_end_matches(INVOKE));
-    let targets: Vec<String> = shards.iter().map(target).collect();
+    let start = |d: &PathBuf, i: u32| {
+        let log = d.join(if i == 0 { "rie.log".into() } else { format!("rie-{i}.log") });
+        Emulator::start(&rie, d, &settings, &log)
+    };
+    let shards = shard_dirs.iter().map(|d| start(d, 0)).collect::<Result<Vec<_>>>()?;
+    let spares = shard_dirs.iter().flat_map(|d| (1..pool).map(move |i| (d, i)));
+    let spares = spares.map(|(d, i)| start(d, i)).collect::<Result<Vec<_>>>()?;
+    let base = |s: &Emulator| s.url.trim_end_matches(INVOKE).to_string();
+    let (pool_proxy, endpoints) = if pool > 1 {
+        let each = |k: usize| -> Vec<String> {
+            let spares = spares.iter().skip(k * (pool as usize - 1)).take(pool as usize - 1);
+            std::iter::once(&shards[k]).chain(spares).map(base).collect()
+        };
+        let members: Vec<Vec<String>> = (0..shards.len()).map(each).collect();
+        let (proxy, endpoints) = pool_proxy(&shard_dirs[0].with_file_name("pool"), &members)?;
+        (Some(proxy), endpoints)
+    } else {
+        (None, shards.iter().map(base).collect())
+    };
+    let targets: Vec<String> = endpoints.iter().map(|e| format!("{e}#function")).collect();
     let front =
         cmd!(util::built("front")?, "serve", "--listen", listen, "--shards", targets.join(","));
     let log = shard_dirs[0].with_file_name("front.log");
     let front = util::to_log(front.env("AWS_REGION", "us-east-1"), &log).start()?;
-    let running = Running { shards, front: util::Killed(front) };
+    let running = Running { front: util::Killed(front), pool: pool_proxy, shards, spares };
     let ready = format!("http://{listen}/ready");
     util::wait_200("the front's /ready", &ready, Duration::from_secs(30))?;
     let n = shard_dirs.len();
@@ -77,12 +104,46 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
     Ok(running)
 }
 
+/// One HAProxy (mode http) in `dir` with a frontend per shard over its emulators, each server
+/// given one request at a time (`maxconn 1`; the others queue); the frontends' URLs, in order.
+fn pool_proxy(dir: &Path, members: &[Vec<String>]) -> Result<(util::Killed, Vec<String>)> {
+    fs::create_dir_all(dir)?;
+    let mut cfg = String::from(
+        "global\n    maxconn 4096\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 60s\n    timeout server 60s\n    timeout queue 30s\n",
+    );
+    let mut endpoints = Vec::new();
+    for (k, urls) in members.iter().enumerate() {
+        let bind = util::free_port()?;
+        cfg += &format!("frontend shard{k}\n    bind {bind}\n    default_backend shard{k}\n");
+        cfg += &format!("backend shard{k}\n    balance leastconn\n");
+        for (i, url) in urls.iter().enumerate() {
+            cfg += &format!("    server e{i} {} maxconn 1\n", url.trim_start_matches("http://"));
+        }
+        endpoints.push(format!("http://{bind}"));
+    }
+    let path = dir.join("haproxy.cfg");
+    fs::write(&path, cfg)?;
+    let haproxy = cmd!("haproxy", "-db", "-f", &path);
+    let proxy = util::Killed(util::to_log(haproxy, &dir.join("haproxy.log")).start()?);
+    for e in &endpoints {
+        let addr: std::net::SocketAddr = e.trim_start_matches("http://").parse()?;
+        util::poll(
+            "the pool's HAProxy",
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || Ok(std::net::TcpStream::connect(addr).map_err(|e| e.to_string())),
+        )?;
+    }
+    log!("shards: {} emulators per shard behind HAProxy ({})", members[0].len(), path.display());
+    Ok((proxy, endpoints))
+}
+
 pub fn run(a: Args) -> Result<()> {
     if a.faults {
         return faults::run(a.count);
     }
     let dirs = prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
-    let (t, running) = (Instant::now(), serve(&dirs, &a.listen)?);
+    let (t, running) = (Instant::now(), serve(&dirs, &a.listen, a.pool)?);
     if !a.check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.0.wait();
