@@ -34,6 +34,10 @@ pub struct Args {
     /// own.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pool: u32,
+    /// Milliseconds the pool's HAProxy holds each invocation before passing it on: a model of
+    /// the Invoke API's round trip on AWS, which the emulator on loopback does not have.
+    #[arg(long, default_value_t = 0)]
+    invoke_ms: u32,
 }
 
 /// The shards served and their front: stopped (every process killed) when dropped, front first.
@@ -66,8 +70,13 @@ pub fn prepare(references: &Path, count: u32, dir: &Path) -> Result<Vec<PathBuf>
     each.collect()
 }
 
-/// Each shard under `pool` emulators (fresh: queries initialise them), a front on `listen`, ready.
-pub fn serve(shard_dirs: &[PathBuf], listen: &str, pool: u32) -> Result<Running> {
+/// Each shard under `pool` emulators (fresh: queries initialise them), a front on `listen`, ready;
+/// with a pool or `invoke_ms`, the shards behind [`pool_proxy`].
+pub fn serve(
+    shard_dirs: &[PathBuf],
+    listen: &str,
+    (pool, invoke_ms): (u32, u32),
+) -> Result<Running> {
     let rie = Tools::ensure()?.rie;
     // The shards' settings in template-sharded.yaml: the index read at init when it fits.
     let env = vec![("FRAUD_LAMBDA_ROLE".to_string(), "shard".to_string())];
@@ -80,13 +89,15 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str, pool: u32) -> Result<Running>
     let spares = shard_dirs.iter().flat_map(|d| (1..pool).map(move |i| (d, i)));
     let spares = spares.map(|(d, i)| start(d, i)).collect::<Result<Vec<_>>>()?;
     let base = |s: &Emulator| s.url.trim_end_matches(INVOKE).to_string();
-    let (pool_proxy, endpoints) = if pool > 1 {
+    let pooled = pool > 1 || invoke_ms > 0;
+    let (pool_proxy, endpoints) = if pooled {
         let each = |k: usize| -> Vec<String> {
             let spares = spares.iter().skip(k * (pool as usize - 1)).take(pool as usize - 1);
             std::iter::once(&shards[k]).chain(spares).map(base).collect()
         };
         let members: Vec<Vec<String>> = (0..shards.len()).map(each).collect();
-        let (proxy, endpoints) = pool_proxy(&shard_dirs[0].with_file_name("pool"), &members)?;
+        let dir = shard_dirs[0].with_file_name("pool");
+        let (proxy, endpoints) = pool_proxy(&dir, &members, invoke_ms)?;
         (Some(proxy), endpoints)
     } else {
         (None, shards.iter().map(base).collect())
@@ -94,6 +105,9 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str, pool: u32) -> Result<Running>
     let targets: Vec<String> = endpoints.iter().map(|e| format!("{e}#function")).collect();
     let front =
         cmd!(util::built("front")?, "serve", "--listen", listen, "--shards", targets.join(","));
+    // Behind the pool, a request the front gives up on would free its emulator in HAProxy while
+    // the emulator still runs it, and the next would crash it: the front waits instead.
+    let front = if pooled { front.env("FRAUD_SHARD_TIMEOUT_MS", "60000") } else { front };
     let log = shard_dirs[0].with_file_name("front.log");
     let front = util::to_log(front.env("AWS_REGION", "us-east-1"), &log).start()?;
     let running = Running { front: util::Killed(front), pool: pool_proxy, shards, spares };
@@ -105,19 +119,34 @@ pub fn serve(shard_dirs: &[PathBuf], listen: &str, pool: u32) -> Result<Running>
 }
 
 /// One HAProxy (mode http) in `dir` with a frontend per shard over its emulators, each server
-/// given one request at a time (`maxconn 1`; the others queue); the frontends' URLs, in order.
-fn pool_proxy(dir: &Path, members: &[Vec<String>]) -> Result<(util::Killed, Vec<String>)> {
+/// given one request at a time (`maxconn 1`; the others queue), each request held `invoke_ms`
+/// first (a Lua action that yields: other requests go on meanwhile); the frontends' URLs.
+/// A request whose client went away (the front drops a request's invocations when its own
+/// client leaves) frees its emulator in HAProxy while the emulator still runs it: a second
+/// invocation then would crash the emulator, so queued ones of gone clients are dropped
+/// (`abortonclose`), and a load must leave the pool a moment between runs.
+fn pool_proxy(
+    dir: &Path,
+    members: &[Vec<String>],
+    invoke_ms: u32,
+) -> Result<(util::Killed, Vec<String>)> {
     fs::create_dir_all(dir)?;
-    let mut cfg = String::from(
-        "global\n    maxconn 4096\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 60s\n    timeout server 60s\n    timeout queue 30s\n",
+    let lua = dir.join("invoke.lua");
+    let action = "core.register_action('invoke', {'http-req'}, function(txn) core.msleep(";
+    fs::write(&lua, format!("{action}{invoke_ms}) end)\n"))?;
+    let mut cfg = format!(
+        "global\n    maxconn 4096\n    lua-load {}\ndefaults\n    mode http\n    option abortonclose\n    timeout connect 1s\n    timeout client 60s\n    timeout server 60s\n    timeout queue 60s\n",
+        lua.display()
     );
     let mut endpoints = Vec::new();
     for (k, urls) in members.iter().enumerate() {
         let bind = util::free_port()?;
-        cfg += &format!("frontend shard{k}\n    bind {bind}\n    default_backend shard{k}\n");
+        let hold = if invoke_ms > 0 { "    http-request lua.invoke\n" } else { "" };
+        cfg += &format!("frontend shard{k}\n    bind {bind}\n{hold}    default_backend shard{k}\n");
         cfg += &format!("backend shard{k}\n    balance leastconn\n");
         for (i, url) in urls.iter().enumerate() {
-            cfg += &format!("    server e{i} {} maxconn 1\n", url.trim_start_matches("http://"));
+            let url = url.trim_start_matches("http://");
+            cfg += &format!("    server e{i} {url} maxconn 1 check inter 1s\n");
         }
         endpoints.push(format!("http://{bind}"));
     }
@@ -143,7 +172,7 @@ pub fn run(a: Args) -> Result<()> {
         return faults::run(a.count);
     }
     let dirs = prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
-    let (t, running) = (Instant::now(), serve(&dirs, &a.listen, a.pool)?);
+    let (t, running) = (Instant::now(), serve(&dirs, &a.listen, (a.pool, a.invoke_ms))?);
     if !a.check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.0.wait();
