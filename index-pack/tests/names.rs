@@ -36,7 +36,7 @@ fn references(path: &Path, count: usize, seed: u64, prefix: Option<&str>) {
     std::fs::write(path, format!("[{}]", records.join(","))).unwrap();
 }
 
-fn index_pack(args: &[&str]) -> std::process::Output {
+fn index_pack<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_index-pack"))
         .args(args)
         .output()
@@ -47,6 +47,16 @@ fn ok(args: &[&str]) {
     let out = index_pack(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "index-pack {args:?}: {stderr}");
+}
+
+/// `index-pack args` fails and says `says`.
+fn refused(args: &[String], says: &str) {
+    let out = index_pack(args);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains(says),
+        "{args:?}: {said}"
+    );
 }
 
 fn names(artifact: &Path) -> serde_json::Value {
@@ -99,46 +109,23 @@ fn edits_name_references_by_id_and_compaction_drops_the_removed_ids() {
     );
     // An id the set does not hold, and a new reference that takes an id the set holds.
     std::fs::write(d.join("bad.json"), r#"{"remove":["b-999"]}"#).unwrap();
-    let out = index_pack(
-        &[
-            &["delta"][..],
-            &chain,
-            &["--edits", &p("bad.json"), "-o", &p("x")],
-        ]
-        .concat(),
-    );
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && said.contains("\"b-999\" is not in the set"),
-        "{said}"
+    let x = p("x");
+    let after_chain = |more: &[&str]| -> Vec<String> {
+        let all = [&["delta"][..], &chain, more, &["-o", &x]].concat();
+        all.into_iter().map(String::from).collect()
+    };
+    refused(
+        &after_chain(&["--edits", &p("bad.json")]),
+        "\"b-999\" is not in the set",
     );
     references(&d.join("again.json"), 5, 3, Some("b-"));
-    let again = ["--references", &p("again.json"), "-o", &p("x")];
-    let out = index_pack(&[&["delta"][..], &chain, &again].concat());
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && said.contains("which the set already names"),
-        "{said}"
-    );
+    let again = after_chain(&["--references", &p("again.json")]);
+    refused(&again, "which the set already names");
     // A map beside another artifact than its own is refused.
-    std::fs::copy(
-        index_pack::names::path_beside(&d.join("d0.idx")),
-        index_pack::names::path_beside(&d.join("base.idx")),
-    )
-    .unwrap();
-    let out = index_pack(
-        &[
-            &["delta"][..],
-            &chain,
-            &["--edits", &p("e.json"), "-o", &p("x")],
-        ]
-        .concat(),
-    );
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && said.contains("not the names of its artifact"),
-        "{said}"
-    );
+    let beside = |name: &str| index_pack::names::path_beside(&d.join(name));
+    std::fs::copy(beside("d0.idx"), beside("base.idx")).unwrap();
+    let edits = after_chain(&["--edits", &p("e.json")]);
+    refused(&edits, "not the names of its artifact");
     ok(&[
         "build",
         any,
