@@ -158,25 +158,19 @@ impl Edited {
                 positions: Vec::new(),
             });
         }
-        let keep = removed.iter().filter(|&&r| !r).count();
-        let mut out = Edited {
-            refs: References {
-                rows: Vec::with_capacity(keep),
-                fraud: Vec::with_capacity(keep),
-                sha256: refs.sha256,
-                // The corrected file's rows are compared by position, never named.
-                ids: Vec::new(),
-            },
-            positions: Vec::with_capacity(keep),
+        // In place: at 100M references the rows are 11.2 GB, and a copy beside them ran a
+        // 24 GB machine out of memory.
+        let positions: Vec<u32> = (0..n as u32).filter(|&p| !removed[p as usize]).collect();
+        let kept = |i: &mut usize| {
+            *i += 1;
+            !removed[*i - 1]
         };
-        for (i, (row, fraud)) in refs.rows.into_iter().zip(refs.fraud).enumerate() {
-            if !removed[i] {
-                out.refs.rows.push(row);
-                out.refs.fraud.push(fraud);
-                out.positions.push(i as u32);
-            }
-        }
-        Ok(out)
+        let (mut i, mut j) = (0, 0);
+        refs.rows.retain(|_| kept(&mut i));
+        refs.fraud.retain(|_| kept(&mut j));
+        // The corrected file's rows are compared by position, never named.
+        refs.ids.clear();
+        Ok(Edited { refs, positions })
     }
 
     /// The row of the corrected file that position `p` became (`None`: removed or absent).
