@@ -43,7 +43,7 @@ pub struct Args {
 /// The shards served and their front: stopped (every process killed) when dropped, front first.
 pub struct Running {
     pub front: util::Killed,
-    /// The pool's HAProxy, with more than one emulator per shard.
+    /// The pool's HAProxy, with more than one emulator per shard or invocations held.
     pub pool: Option<util::Killed>,
     /// The first emulator of each shard, in order.
     pub shards: Vec<Emulator>,
@@ -124,7 +124,8 @@ pub fn serve(
 /// A request whose client went away (the front drops a request's invocations when its own
 /// client leaves) frees its emulator in HAProxy while the emulator still runs it: a second
 /// invocation then would crash the emulator, so queued ones of gone clients are dropped
-/// (`abortonclose`), and a load must leave the pool a moment between runs.
+/// (`abortonclose`), and a load must leave the pool a moment between runs. The emulator still
+/// crashes now and then on invocations back to back; the health check takes it out of the pool.
 fn pool_proxy(
     dir: &Path,
     members: &[Vec<String>],
