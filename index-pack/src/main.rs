@@ -314,21 +314,17 @@ fn delta(
         .map(|p| Edits::read(p, &names))
         .transpose()?
         .unwrap_or_default();
-    let first = opened.iter().map(|o| o.end_position()).max().unwrap_or(0);
-    let new_ids = Names::of_file(std::mem::take(&mut added.ids), first)?;
-    if let Some((id, p)) = new_ids
-        .positions
-        .iter()
-        .find(|(id, _)| names.position(id).is_some())
-    {
-        anyhow::bail!("the new reference at position {p} has id {id:?}, which the set already names (position {})", names.positions[id]);
-    }
+    let ids = std::mem::take(&mut added.ids);
     let indexes: Vec<_> = opened.iter().map(|o| o.index).collect();
     let d = chain::delta_rows(&indexes, &hidden, added, &edits.remove, &edits.relabel)
         .with_context(|| match edits_path {
             Some(p) => format!("{} does not apply to this set", p.display()),
             None => "the new references do not fit".into(),
         })?;
+    let new_ids = Names::of_file(ids, d.first_position)?;
+    if let Some((id, there, p)) = names.shared(&new_ids) {
+        anyhow::bail!("the new reference at position {p} has id {id:?}, which the set already names (position {there})");
+    }
     let opts = PackOptions {
         codec: base.index.header.codec.native(),
         first_position: d.first_position,
@@ -436,13 +432,20 @@ fn live_names(mut names: Names, rows: &Partitioned, first_position: u32) -> Name
     if names.is_empty() {
         return names;
     }
-    let live: std::collections::HashSet<u32> = rows
-        .parts
-        .iter()
-        .flatten()
-        .map(|r| first_position.wrapping_add(r.index))
-        .collect();
-    names.positions.retain(|_, p| live.contains(p));
+    let mut live = vec![
+        false;
+        rows.parts
+            .iter()
+            .flatten()
+            .map(|r| r.index as usize + 1)
+            .max()
+            .unwrap_or(0)
+    ];
+    for r in rows.parts.iter().flatten() {
+        live[r.index as usize] = true;
+    }
+    let is_live = |p: u32| live.get(p.wrapping_sub(first_position) as usize) == Some(&true);
+    names.positions.retain(|_, p| is_live(*p));
     names
 }
 

@@ -121,14 +121,22 @@ impl Names {
         crate::write_atomically(&path, &serde_json::to_vec(&f)?)
     }
 
+    /// An id both name: the id, its position here and in `other`.
+    pub fn shared<'a>(&self, other: &'a Names) -> Option<(&'a str, u32, u32)> {
+        let mut both = other
+            .positions
+            .iter()
+            .filter_map(|(id, &p)| Some((id, self.position(id)?, p)));
+        both.next()
+            .map(|(id, here, there)| (id.as_str(), here, there))
+    }
+
     /// Adds `more` (another part's names); an id already named is refused.
     pub fn extend(&mut self, more: Names) -> Result<()> {
-        for (id, p) in more.positions {
-            if let Some(q) = self.positions.get(&id) {
-                anyhow::bail!("id {id:?} names positions {q} and {p}");
-            }
-            self.positions.insert(id, p);
+        if let Some((id, q, p)) = self.shared(&more) {
+            anyhow::bail!("id {id:?} names positions {q} and {p}");
         }
+        self.positions.extend(more.positions);
         Ok(())
     }
 

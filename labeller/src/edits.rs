@@ -158,16 +158,13 @@ impl Edited {
                 positions: Vec::new(),
             });
         }
-        // In place: at 100M references the rows are 11.2 GB, and a copy beside them ran a
-        // 24 GB machine out of memory.
+        // In place: at 100M references the rows are 11.2 GB, and a copy beside them does not
+        // fit a 24 GB machine with the index being checked.
         let positions: Vec<u32> = (0..n as u32).filter(|&p| !removed[p as usize]).collect();
-        let kept = |i: &mut usize| {
-            *i += 1;
-            !removed[*i - 1]
-        };
-        let (mut i, mut j) = (0, 0);
-        refs.rows.retain(|_| kept(&mut i));
-        refs.fraud.retain(|_| kept(&mut j));
+        let mut kept = removed.iter().map(|r| !r);
+        refs.rows.retain(|_| kept.next() == Some(true));
+        let mut kept = removed.iter().map(|r| !r);
+        refs.fraud.retain(|_| kept.next() == Some(true));
         // The corrected file's rows are compared by position, never named.
         refs.ids.clear();
         Ok(Edited { refs, positions })
@@ -264,7 +261,8 @@ impl Edited {
 pub fn draw(
     refs: &References,
     range: std::ops::Range<u32>,
-    (remove, relabel): (usize, usize),
+    remove: usize,
+    relabel: usize,
     seed: u64,
     by_id: bool,
 ) -> anyhow::Result<String> {
@@ -344,7 +342,7 @@ mod tests {
 
     #[test]
     fn drawn_edits_apply() {
-        let text = draw(&refs(50), 0..50, (5, 4), 1, false).unwrap();
+        let text = draw(&refs(50), 0..50, 5, 4, 1, false).unwrap();
         let e = Edits::parse(text.as_bytes(), &Ids::new()).unwrap();
         assert_eq!((e.remove.len(), e.relabel.len()), (5, 4));
         let edited = Edited::apply(refs(50), std::slice::from_ref(&e)).unwrap();
@@ -353,7 +351,7 @@ mod tests {
         // The same draw by id: every row named by its id, the same rows edited.
         let mut named = refs(50);
         named.ids = (0..50).map(|i| (i, format!("tx-{i}"))).collect();
-        let text = draw(&named, 0..50, (5, 4), 1, true).unwrap();
+        let text = draw(&named, 0..50, 5, 4, 1, true).unwrap();
         assert!(
             !text.contains("position") && text.contains("\"tx-"),
             "{text}"

@@ -241,7 +241,9 @@ fn request(rng: &mut Rng, fraud_ratio: f64, dates: Dates) -> (Profile, String) {
 /// writes them; with `ids`, each record also has `"id": "<ids><index>"`), streamed; `progress` is told how many are written. Returns how many are fraud.
 pub fn write_references(
     out: &mut impl std::io::Write,
-    (count, seed, ids): (usize, u64, Option<&str>),
+    count: usize,
+    seed: u64,
+    ids: Option<&str>,
     progress: &dyn Fn(usize),
 ) -> std::io::Result<usize> {
     let mut rng = Rng::new(seed);
@@ -301,7 +303,7 @@ mod tests {
     #[test]
     fn references_follow_the_generators_reference_profiles() {
         let mut out = Vec::new();
-        let frauds = write_references(&mut out, (20_000, 3, None), &|_| {}).unwrap();
+        let frauds = write_references(&mut out, 20_000, 3, None, &|_| {}).unwrap();
         let text = String::from_utf8(out).unwrap();
         let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(rows.len(), 20_000);

@@ -169,7 +169,7 @@ fn main() -> Result<()> {
             seed,
             out,
             ids,
-        } => generate_references((count, seed, ids.as_deref()), &out),
+        } => generate_references(count, seed, ids.as_deref(), &out),
         Command::GenerateEdits {
             references,
             from,
@@ -184,7 +184,7 @@ fn main() -> Result<()> {
                 labeller::edits::read_set(&references[0], false, &references[1..], &[])?;
             let refs = edited.refs;
             let range = from..to.unwrap_or(refs.len() as u32);
-            let text = labeller::edits::draw(&refs, range, (remove, relabel), seed, by_id)?;
+            let text = labeller::edits::draw(&refs, range, remove, relabel, seed, by_id)?;
             std::fs::write(&out, text)
                 .with_context(|| format!("cannot write {}", out.display()))?;
             eprintln!(
@@ -225,7 +225,7 @@ fn main() -> Result<()> {
     }
 }
 
-fn generate_references((count, seed, ids): (usize, u64, Option<&str>), out: &Path) -> Result<()> {
+fn generate_references(count: usize, seed: u64, ids: Option<&str>, out: &Path) -> Result<()> {
     use std::io::Write;
     let started = std::time::Instant::now();
     let file =
@@ -240,11 +240,11 @@ fn generate_references((count, seed, ids): (usize, u64, Option<&str>), out: &Pat
     let frauds = if out.extension().is_some_and(|e| e == "gz") {
         // Fast compression: a 30M set is ~4.5 GB of JSON.
         let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-        let frauds = write(&mut gz, (count, seed, ids), &progress)?;
+        let frauds = write(&mut gz, count, seed, ids, &progress)?;
         gz.finish()?.flush()?;
         frauds
     } else {
-        let frauds = write(&mut file, (count, seed, ids), &progress)?;
+        let frauds = write(&mut file, count, seed, ids, &progress)?;
         file.flush()?;
         frauds
     };

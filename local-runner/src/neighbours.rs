@@ -306,7 +306,7 @@ pub fn run(searcher: &Target, file: &Path, args: &Args, show: usize) -> Result<R
             );
         }
         // The first part is moved, not copied: at 100M references the rows are 11.2 GB, and a
-        // copy beside them ran a 24 GB machine out of memory.
+        // copy beside them does not fit a 24 GB machine.
         refs.append(part);
     }
     let mut edits = Vec::new();

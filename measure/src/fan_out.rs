@@ -90,7 +90,7 @@ pub fn run(a: Args) -> Result<()> {
         let dirs = shards::prepare(&a.references, s, &util::xtask_dir("shards")?)?;
         let mut row = Row { shards: s, ..Row::default() };
         for i in 0..a.cold.max(1) {
-            let running = shards::serve(&dirs, &listen, (1, 0))?;
+            let running = shards::serve(&dirs, &listen)?;
             row.cold_first_ms.push(post(&front_url, bodies[i % bodies.len()].as_bytes())?.0);
             if i + 1 < a.cold.max(1) {
                 drop(running);

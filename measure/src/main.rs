@@ -7,6 +7,7 @@ mod bench;
 mod cold_start;
 mod fan_out;
 mod plot;
+mod pool;
 mod sam_local;
 mod scale;
 
@@ -54,6 +55,9 @@ enum Command {
     /// The front over S shards under AWS's emulator (`cargo xtask shards`), warm and cold,
     /// beside one shard invoked directly; the cost per million requests.
     FanOut(fan_out::Args),
+    /// The front over S shards, each under a pool of emulators behind HAProxy, invocations
+    /// optionally held (the Invoke API's round trip, modelled), until stopped: its concurrency.
+    Pool(pool::Args),
     /// The shipped build alone (what `scale` times under GNU time).
     #[command(hide = true)]
     ShippedBuild,
@@ -82,6 +86,7 @@ fn main() -> Result<()> {
         Command::Bench => bench::run(),
         Command::Scale(a) => scale::run(a),
         Command::FanOut(a) => fan_out::run(a),
+        Command::Pool(a) => pool::run(a),
         Command::ShippedBuild => xtask::util::build_shipped().map(drop),
     }
 }

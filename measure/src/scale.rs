@@ -202,7 +202,7 @@ pub fn run(a: Args) -> Result<()> {
             if !refs.exists() {
                 // Compressed because the name ends in .gz; renamed once whole.
                 let drawing = dir.join("references.drawing.json.gz");
-                steps::draw(&labeller, (n, a.seed), None, &drawing)?;
+                steps::draw(&labeller, n, a.seed, None, &drawing)?;
                 std::fs::rename(drawing, &refs)?;
             }
             (refs, k)

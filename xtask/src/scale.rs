@@ -26,12 +26,7 @@ pub const ADVERSARIAL: u64 = 500;
 
 /// `count` references drawn from `seed` the way the contest's generator draws its own (with
 /// `ids`, each named `<ids><index>`).
-pub fn draw(
-    labeller: &Path,
-    (count, seed): (usize, u64),
-    ids: Option<&str>,
-    out: &Path,
-) -> Result<()> {
+pub fn draw(labeller: &Path, count: usize, seed: u64, ids: Option<&str>, out: &Path) -> Result<()> {
     let ids = ids.map_or(String::new(), |prefix| format!(" --ids {prefix}"));
     let words = format!("generate-references --count {count} --seed {seed}{ids}");
     util::run(&util::command(labeller, &words, &[("--out", out)]))
@@ -108,7 +103,7 @@ pub fn run(a: Args) -> Result<()> {
         (dir.join("references.json.gz"), dir.join("index.idx"), dir.join("tests.json.gz"));
     let (labeller, index_pack) = (util::built("labeller")?, util::built("index-pack")?);
     log!("scale: {} synthetic references (seed {}), packed", a.references, a.seed);
-    draw(&labeller, (a.references, a.seed), None, &refs)?;
+    draw(&labeller, a.references, a.seed, None, &refs)?;
     // Few k-means iterations: the answers do not depend on them (the work per query does).
     let pack = pack(&index_pack, &refs, &index, "--kmeans-iters 4")?;
     let mut r = Report { references: a.references, pack, ..Report::default() };
@@ -159,7 +154,7 @@ pub fn run(a: Args) -> Result<()> {
     let (new, delta) = (dir.join("delta.json.gz"), dir.join("delta.idx"));
     // The new references carry ids, and the edits name those by id (the maps the packer keeps
     // beside the artifacts; the labeller reads the ids from the files on its own).
-    draw(&labeller, (DELTA, a.seed + 1), Some("tx-"), &new)?;
+    draw(&labeller, DELTA, a.seed + 1, Some("tx-"), &new)?;
     let paths = [("--base", index.as_path()), ("--references", &new), ("--output", &delta)];
     util::run(&util::command(&index_pack, "delta", &paths))?;
     let (edits, edit_delta) = (dir.join("edits.json"), dir.join("edits.idx"));

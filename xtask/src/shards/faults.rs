@@ -152,7 +152,7 @@ pub fn run(count: u32) -> Result<()> {
     let (labeller, front, hook) =
         (util::built("labeller")?, util::built("front")?, util::built("pretraffic")?);
     let (refs, tests) = (dir.join("references.json.gz"), dir.join("tests.json.gz"));
-    crate::scale::draw(&labeller, (30_000, 11), None, &refs)?;
+    crate::scale::draw(&labeller, 30_000, 11, None, &refs)?;
     let words = "generate-csv --count 10 --seed 11 --any-references";
     util::run(&util::command(&labeller, words, &[("--references", &refs), ("--out", &tests)]))?;
     let entries = util::entries_of(&tests)?;

@@ -28,27 +28,12 @@ pub struct Args {
     /// made at shard 1 in turn, then the deployment hook through the front (CI).
     #[arg(long, conflicts_with = "check")]
     faults: bool,
-    /// Emulators per shard, behind one HAProxy endpoint that gives each a single invocation at a
-    /// time (the emulator runs one at once, as one Lambda execution environment does): the
-    /// front's concurrent invocations as Lambda would take them, each in an environment of its
-    /// own.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
-    pool: u32,
-    /// Milliseconds the pool's HAProxy holds each invocation before passing it on: a model of
-    /// the Invoke API's round trip on AWS, which the emulator on loopback does not have.
-    #[arg(long, default_value_t = 0)]
-    invoke_ms: u32,
 }
 
 /// The shards served and their front: stopped (every process killed) when dropped, front first.
 pub struct Running {
     pub front: util::Killed,
-    /// The pool's HAProxy, with more than one emulator per shard or invocations held.
-    pub pool: Option<util::Killed>,
-    /// The first emulator of each shard, in order.
     pub shards: Vec<Emulator>,
-    /// The other emulators of each shard's pool.
-    pub spares: Vec<Emulator>,
 }
 
 /// Splits `references` into `count` shards under `dir`, each with its bootstrap; their
@@ -70,13 +55,17 @@ pub fn prepare(references: &Path, count: u32, dir: &Path) -> Result<Vec<PathBuf>
     each.collect()
 }
 
-/// Each shard under `pool` emulators (fresh: queries initialise them), a front on `listen`, ready;
-/// with a pool or `invoke_ms`, the shards behind [`pool_proxy`].
-pub fn serve(
-    shard_dirs: &[PathBuf],
-    listen: &str,
-    (pool, invoke_ms): (u32, u32),
-) -> Result<Running> {
+/// Each shard under the emulator (fresh: queries initialise them), a front on `listen`, ready.
+pub fn serve(shard_dirs: &[PathBuf], listen: &str) -> Result<Running> {
+    let shards = start_emulators(shard_dirs, 1)?.into_iter().flatten().collect::<Vec<_>>();
+    let front =
+        start_front(shard_dirs, listen, &shards.iter().map(base_url).collect::<Vec<_>>(), &[])?;
+    Ok(Running { front, shards })
+}
+
+/// `per_shard` emulators of each shard's bootstrap, in the shards' order (the logs `rie.log`,
+/// then `rie-1.log`...).
+pub fn start_emulators(shard_dirs: &[PathBuf], per_shard: u32) -> Result<Vec<Vec<Emulator>>> {
     let rie = Tools::ensure()?.rie;
     // The shards' settings in template-sharded.yaml: the index read at init when it fits.
     let env = vec![("FRAUD_LAMBDA_ROLE".to_string(), "shard".to_string())];
@@ -85,87 +74,33 @@ pub fn serve(
         let log = d.join(if i == 0 { "rie.log".into() } else { format!("rie-{i}.log") });
         Emulator::start(&rie, d, &settings, &log)
     };
-    let shards = shard_dirs.iter().map(|d| start(d, 0)).collect::<Result<Vec<_>>>()?;
-    let spares = shard_dirs.iter().flat_map(|d| (1..pool).map(move |i| (d, i)));
-    let spares = spares.map(|(d, i)| start(d, i)).collect::<Result<Vec<_>>>()?;
-    let base = |s: &Emulator| s.url.trim_end_matches(INVOKE).to_string();
-    let pooled = pool > 1 || invoke_ms > 0;
-    let (pool_proxy, endpoints) = if pooled {
-        let each = |k: usize| -> Vec<String> {
-            let spares = spares.iter().skip(k * (pool as usize - 1)).take(pool as usize - 1);
-            std::iter::once(&shards[k]).chain(spares).map(base).collect()
-        };
-        let members: Vec<Vec<String>> = (0..shards.len()).map(each).collect();
-        let dir = shard_dirs[0].with_file_name("pool");
-        let (proxy, endpoints) = pool_proxy(&dir, &members, invoke_ms)?;
-        (Some(proxy), endpoints)
-    } else {
-        (None, shards.iter().map(base).collect())
-    };
+    let each = |d: &PathBuf| (0..per_shard).map(|i| start(d, i)).collect::<Result<Vec<_>>>();
+    shard_dirs.iter().map(each).collect()
+}
+
+/// An emulator's address without the Invoke API's path (what the front is given).
+pub fn base_url(e: &Emulator) -> String {
+    e.url.trim_end_matches(INVOKE).to_string()
+}
+
+/// `front serve` on `listen` over the shards' endpoints (with `env` beside), once ready.
+pub fn start_front(
+    shard_dirs: &[PathBuf],
+    listen: &str,
+    endpoints: &[String],
+    env: &[(&str, &str)],
+) -> Result<util::Killed> {
     let targets: Vec<String> = endpoints.iter().map(|e| format!("{e}#function")).collect();
     let front =
         cmd!(util::built("front")?, "serve", "--listen", listen, "--shards", targets.join(","));
-    // Behind the pool, a request the front gives up on would free its emulator in HAProxy while
-    // the emulator still runs it, and the next would crash it: the front waits instead.
-    let front = if pooled { front.env("FRAUD_SHARD_TIMEOUT_MS", "60000") } else { front };
+    let front = env.iter().fold(front.env("AWS_REGION", "us-east-1"), |f, (k, v)| f.env(k, v));
     let log = shard_dirs[0].with_file_name("front.log");
-    let front = util::to_log(front.env("AWS_REGION", "us-east-1"), &log).start()?;
-    let running = Running { front: util::Killed(front), pool: pool_proxy, shards, spares };
+    let front = util::Killed(util::to_log(front, &log).start()?);
     let ready = format!("http://{listen}/ready");
     util::wait_200("the front's /ready", &ready, Duration::from_secs(30))?;
     let n = shard_dirs.len();
     log!("shards: the front serves http://{listen} over {n} shards ({})", targets.join(", "));
-    Ok(running)
-}
-
-/// One HAProxy (mode http) in `dir` with a frontend per shard over its emulators, each server
-/// given one request at a time (`maxconn 1`; the others queue), each request held `invoke_ms`
-/// first (a Lua action that yields: other requests go on meanwhile); the frontends' URLs.
-/// A request whose client went away (the front drops a request's invocations when its own
-/// client leaves) frees its emulator in HAProxy while the emulator still runs it: a second
-/// invocation then would crash the emulator, so queued ones of gone clients are dropped
-/// (`abortonclose`), and a load must leave the pool a moment between runs. The emulator still
-/// crashes now and then on invocations back to back; the health check takes it out of the pool.
-fn pool_proxy(
-    dir: &Path,
-    members: &[Vec<String>],
-    invoke_ms: u32,
-) -> Result<(util::Killed, Vec<String>)> {
-    fs::create_dir_all(dir)?;
-    let lua = dir.join("invoke.lua");
-    let action = "core.register_action('invoke', {'http-req'}, function(txn) core.msleep(";
-    fs::write(&lua, format!("{action}{invoke_ms}) end)\n"))?;
-    let mut cfg = format!(
-        "global\n    maxconn 4096\n    lua-load {}\ndefaults\n    mode http\n    option abortonclose\n    timeout connect 1s\n    timeout client 60s\n    timeout server 60s\n    timeout queue 60s\n",
-        lua.display()
-    );
-    let mut endpoints = Vec::new();
-    for (k, urls) in members.iter().enumerate() {
-        let bind = util::free_port()?;
-        let hold = if invoke_ms > 0 { "    http-request lua.invoke\n" } else { "" };
-        cfg += &format!("frontend shard{k}\n    bind {bind}\n{hold}    default_backend shard{k}\n");
-        cfg += &format!("backend shard{k}\n    balance leastconn\n");
-        for (i, url) in urls.iter().enumerate() {
-            let url = url.trim_start_matches("http://");
-            cfg += &format!("    server e{i} {url} maxconn 1 check inter 1s\n");
-        }
-        endpoints.push(format!("http://{bind}"));
-    }
-    let path = dir.join("haproxy.cfg");
-    fs::write(&path, cfg)?;
-    let haproxy = cmd!("haproxy", "-db", "-f", &path);
-    let proxy = util::Killed(util::to_log(haproxy, &dir.join("haproxy.log")).start()?);
-    for e in &endpoints {
-        let addr: std::net::SocketAddr = e.trim_start_matches("http://").parse()?;
-        util::poll(
-            "the pool's HAProxy",
-            Duration::from_secs(10),
-            Duration::from_millis(5),
-            || Ok(std::net::TcpStream::connect(addr).map_err(|e| e.to_string())),
-        )?;
-    }
-    log!("shards: {} emulators per shard behind HAProxy ({})", members[0].len(), path.display());
-    Ok((proxy, endpoints))
+    Ok(front)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -173,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
         return faults::run(a.count);
     }
     let dirs = prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
-    let (t, running) = (Instant::now(), serve(&dirs, &a.listen, (a.pool, a.invoke_ms))?);
+    let (t, running) = (Instant::now(), serve(&dirs, &a.listen)?);
     if !a.check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.0.wait();
