@@ -161,7 +161,6 @@ mod tests {
     use lambda_http::http::header::{ALLOW, CONTENT_TYPE};
     use lambda_http::Request;
     use lambda_http::{Body, RequestExt};
-    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     fn event(name: &str) -> Request {
@@ -262,28 +261,43 @@ mod tests {
         })
     }
 
-    /// The JSON lines `f` logs, given the embedded scorer.
-    fn logged_with(f: impl FnOnce(&Scorer<'static>)) -> Vec<serde_json::Value> {
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
+    thread_local! {
+        /// What the test subscriber wrote on this thread.
+        static LOGGED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Writes into the calling thread's `LOGGED`.
+    struct ThreadBuffer;
+    impl std::io::Write for ThreadBuffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            LOGGED.with(|l| l.borrow_mut().extend_from_slice(b));
+            Ok(b.len())
         }
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing::subscriber::fmt()
-            .json()
-            .with_writer(move || writer.clone())
-            .finish();
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The JSON lines `f` logs, given the embedded scorer.
+    ///
+    /// One global subscriber for the whole test binary, writing into the logging thread's own
+    /// buffer: a thread-local dispatcher (`with_default`) misses events whose callsite another
+    /// test thread registered first while no subscriber was interested (tracing caches a
+    /// callsite's interest globally): about one run in 300 lost its line.
+    fn logged_with(f: impl FnOnce(&Scorer<'static>)) -> Vec<serde_json::Value> {
+        static SUBSCRIBER: std::sync::Once = std::sync::Once::new();
+        SUBSCRIBER.call_once(|| {
+            let subscriber = tracing::subscriber::fmt()
+                .json()
+                .with_writer(|| ThreadBuffer)
+                .finish();
+            tracing::dispatcher::set_global_default(tracing::Dispatch::new(subscriber)).unwrap();
+        });
         let scorer = function::embedded_scorer().unwrap();
-        tracing::dispatcher::with_default(&tracing::Dispatch::new(subscriber), || f(&scorer));
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        LOGGED.with(|l| l.borrow_mut().clear());
+        f(&scorer);
+        let text =
+            LOGGED.with(|l| String::from_utf8(std::mem::take(&mut *l.borrow_mut())).unwrap());
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
