@@ -14,8 +14,11 @@ what="${1:-all}"
 # the packages they only recommend (Prometheus would bring its node exporter and its own service).
 apt_install() {
     local missing=()
+    # Installed means dpkg's "install ok installed": `dpkg -s` also succeeds for a package
+    # removed but not purged (its configuration files left), whose programs are gone.
     for p in "$@"; do
-        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
+            missing+=("$p")
     done
     [ ${#missing[@]} -gt 0 ] || return 0
     echo "setup: installing ${missing[*]}"
