@@ -432,15 +432,13 @@ fn live_names(mut names: Names, rows: &Partitioned, first_position: u32) -> Name
     if names.is_empty() {
         return names;
     }
-    let mut live = vec![
-        false;
-        rows.parts
-            .iter()
-            .flatten()
-            .map(|r| r.index as usize + 1)
-            .max()
-            .unwrap_or(0)
-    ];
+    let len = rows
+        .parts
+        .iter()
+        .flatten()
+        .map(|r| r.index as usize + 1)
+        .max();
+    let mut live = vec![false; len.unwrap_or(0)];
     for r in rows.parts.iter().flatten() {
         live[r.index as usize] = true;
     }

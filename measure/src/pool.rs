@@ -6,21 +6,15 @@
 //! emulator on loopback lacks). Serves until stopped; load it with wrk or k6.
 
 use anyhow::Result;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use xtask::shards;
 use xtask::util::{self, log};
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, default_value = "resources/references.json.gz")]
-    references: PathBuf,
-    /// Shards.
-    #[arg(long, default_value_t = 3)]
-    count: u32,
-    /// Where the front serves HTTP.
-    #[arg(long, default_value = "127.0.0.1:9999")]
-    listen: String,
+    #[command(flatten)]
+    set: shards::SetArgs,
     /// Emulators per shard.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
     pool: u32,
@@ -30,7 +24,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let dirs = shards::prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
+    let dirs = a.set.prepare()?;
     // Declared in the order they stop in reverse: the front first, the emulators last.
     let emulators = shards::start_emulators(&dirs, a.pool)?;
     let members: Vec<Vec<String>> =
@@ -39,7 +33,7 @@ pub fn run(a: Args) -> Result<()> {
     // A request the front gives up on would free its emulator in HAProxy while the emulator
     // still runs it, and the next would crash it: the front waits instead.
     let timeout = [("FRAUD_SHARD_TIMEOUT_MS", "60000")];
-    let front = shards::start_front(&dirs, &a.listen, &endpoints, &timeout)?;
+    let front = shards::start_front(&dirs, &a.set.listen, &endpoints, &timeout)?;
     log!("pool: serving until stopped (Ctrl-C)");
     let _ = front.0.wait();
     Ok(())

@@ -9,17 +9,31 @@ use crate::lambda::emulator::{Emulator, Settings, INVOKE};
 use crate::lambda::{package, sam::Tools};
 use crate::prelude::*;
 
+/// The sharded set and where its front serves (this command's and `cargo measure pool`'s).
 #[derive(clap::Args)]
-pub struct Args {
+pub struct SetArgs {
     /// The reference set (JSON, optionally .gz).
     #[arg(long, default_value = "resources/references.json.gz")]
-    references: PathBuf,
+    pub references: PathBuf,
     /// Shards.
     #[arg(long, default_value_t = 3)]
-    count: u32,
+    pub count: u32,
     /// Where the front serves HTTP.
     #[arg(long, default_value = "127.0.0.1:9999")]
-    listen: String,
+    pub listen: String,
+}
+
+impl SetArgs {
+    /// The set split into its shards under the harness's `shards` directory ([`prepare`]).
+    pub fn prepare(&self) -> Result<Vec<PathBuf>> {
+        prepare(&self.references, self.count, &util::xtask_dir("shards")?)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    set: SetArgs,
     /// Replay the public set through the front, every answer against its label, then stop
     /// (the contest's references only).
     #[arg(long)]
@@ -105,11 +119,11 @@ pub fn start_front(
 
 pub fn run(a: Args) -> Result<()> {
     if a.faults {
-        return faults::run(a.count);
+        return faults::run(a.set.count);
     }
-    let dirs = prepare(&a.references, a.count, &util::xtask_dir("shards")?)?;
+    let (check, a, dirs) = (a.check, &a.set, a.set.prepare()?);
     let (t, running) = (Instant::now(), serve(&dirs, &a.listen)?);
-    if !a.check {
+    if !check {
         log!("shards: serving until stopped (Ctrl-C)");
         let _ = running.front.0.wait();
         return Ok(());
