@@ -257,12 +257,15 @@ impl Edited {
 
 /// An edits file's text removing `remove` and relabelling `relabel` distinct references of
 /// `refs` at positions in `range`, drawn at random (seeded), each relabel flipping the label;
-/// positions ascending; with `by_id`, a reference its file gave an id is named by it.
+/// positions ascending; with `by_id`, a reference its file gave an id is named by it. With
+/// `among`, the relabels are drawn among those positions only (the removals still from the
+/// whole range): chargebacks where they are likelier than a uniform draw, such as references
+/// whose own 5 nearest hold both labels.
 pub fn draw(
     refs: &References,
     range: std::ops::Range<u32>,
-    remove: usize,
-    relabel: usize,
+    (remove, relabel): (usize, usize),
+    among: Option<&[u32]>,
     seed: u64,
     by_id: bool,
 ) -> anyhow::Result<String> {
@@ -275,10 +278,35 @@ pub fn draw(
     let mut rng = crate::generate::Rng::new(seed);
     let mut picked = std::collections::BTreeSet::new();
     let mut order = Vec::with_capacity(remove + relabel);
-    while order.len() < remove + relabel {
+    let drawn = if among.is_some() {
+        remove
+    } else {
+        remove + relabel
+    };
+    while order.len() < drawn {
         let p = rng.int(range.start.into(), range.end.into()) as u32;
         if picked.insert(p) {
             order.push(p);
+        }
+    }
+    if let Some(among) = among {
+        let free: Vec<u32> = among
+            .iter()
+            .copied()
+            .filter(|p| range.contains(p) && !picked.contains(p))
+            .collect::<std::collections::BTreeSet<u32>>()
+            .into_iter()
+            .collect();
+        anyhow::ensure!(
+            relabel <= free.len(),
+            "{relabel} relabels among {} positions in {range:?} that are not removed",
+            free.len()
+        );
+        while order.len() < remove + relabel {
+            let p = free[rng.int(0, free.len() as i64) as usize];
+            if picked.insert(p) {
+                order.push(p);
+            }
         }
     }
     let (mut gone, mut flipped) = (order[..remove].to_vec(), order[remove..].to_vec());
@@ -342,7 +370,7 @@ mod tests {
 
     #[test]
     fn drawn_edits_apply() {
-        let text = draw(&refs(50), 0..50, 5, 4, 1, false).unwrap();
+        let text = draw(&refs(50), 0..50, (5, 4), None, 1, false).unwrap();
         let e = Edits::parse(text.as_bytes(), &Ids::new()).unwrap();
         assert_eq!((e.remove.len(), e.relabel.len()), (5, 4));
         let edited = Edited::apply(refs(50), std::slice::from_ref(&e)).unwrap();
@@ -351,13 +379,32 @@ mod tests {
         // The same draw by id: every row named by its id, the same rows edited.
         let mut named = refs(50);
         named.ids = (0..50).map(|i| (i, format!("tx-{i}"))).collect();
-        let text = draw(&named, 0..50, 5, 4, 1, true).unwrap();
+        let text = draw(&named, 0..50, (5, 4), None, 1, true).unwrap();
         assert!(
             !text.contains("position") && text.contains("\"tx-"),
             "{text}"
         );
         let by_id = Edits::parse(text.as_bytes(), &named.rows_by_id().unwrap()).unwrap();
         assert_eq!((by_id.remove, by_id.relabel), (e.remove, e.relabel));
+    }
+
+    #[test]
+    fn relabels_drawn_among_given_positions() {
+        let among = [3, 7, 7, 11, 40, 60];
+        let text = draw(&refs(50), 0..50, (10, 3), Some(&among), 2, false).unwrap();
+        let e = Edits::parse(text.as_bytes(), &Ids::new()).unwrap();
+        assert_eq!((e.remove.len(), e.relabel.len()), (10, 3));
+        // Only the candidates in the range, none of them removed too.
+        for (p, _) in &e.relabel {
+            assert!([3, 7, 11, 40].contains(p), "{p}");
+            assert!(!e.remove.contains(p), "{p}");
+        }
+        // More relabels than candidates left: a sentence, not a hang.
+        let err = draw(&refs(50), 0..50, (0, 5), Some(&among), 2, false).unwrap_err();
+        assert!(
+            err.to_string().contains("5 relabels among 4 positions"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -122,6 +122,10 @@ enum Command {
         /// Name each reference by its id where its file gave it one (by position otherwise).
         #[arg(long)]
         by_id: bool,
+        /// Draw the relabels among the positions this JSON array lists (the removals still from
+        /// the whole range): e.g. the label frontier that `function`'s `frontier` example lists.
+        #[arg(long, value_name = "FILE")]
+        relabel_among: Option<PathBuf>,
     },
 }
 
@@ -179,12 +183,24 @@ fn main() -> Result<()> {
             seed,
             out,
             by_id,
+            relabel_among,
         } => {
             let (edited, _) =
                 labeller::edits::read_set(&references[0], false, &references[1..], &[])?;
             let refs = edited.refs;
             let range = from..to.unwrap_or(refs.len() as u32);
-            let text = labeller::edits::draw(&refs, range, remove, relabel, seed, by_id)?;
+            let among: Option<Vec<u32>> = match &relabel_among {
+                None => None,
+                Some(path) => {
+                    let text = std::fs::read(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    Some(serde_json::from_slice(&text).with_context(|| {
+                        format!("{}: not a JSON array of positions", path.display())
+                    })?)
+                }
+            };
+            let counts = (remove, relabel);
+            let text = labeller::edits::draw(&refs, range, counts, among.as_deref(), seed, by_id)?;
             std::fs::write(&out, text)
                 .with_context(|| format!("cannot write {}", out.display()))?;
             eprintln!(
