@@ -349,12 +349,49 @@ fn the_overload_is_measured_and_judged() {
     assert!(overload::judge(&m, &[], l.k6_status).is_empty());
     let f = overload::figures(&m, &l, &[], 0, &[]);
     assert!(f.starts_with("offered 2700 req/s for 2.0 s (k6 900 + wrk 1800), served 2650 req/s; errors k6 0 wrk 103, FP 0 FN 0;"), "{f}");
-    let back = "back under 5 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms";
+    let back = "p99 per second before 1.00 ms (median), during up to 40.0 ms; back under 5.0 ms 1.0 s after the end (max 2 s), later seconds up to 1.00 ms";
     assert!(f.contains(back), "{f}");
     let never = Recovery { first_ok_window: None, after_end_s: None, worst_later_p99_ms: None };
     let late = Measured { recovery: never, ..m };
-    let never = ["p99 never back under 5 ms after the overload"];
+    let never = ["p99 never back under 5.0 ms after the overload"];
     assert_eq!(overload::judge(&late, &[], l.k6_status), never);
+}
+
+#[test]
+fn recovery_is_judged_against_the_seconds_before_on_a_busy_machine() {
+    // A busy machine: 12-14 ms p99 before the overload (10 s to 12 s), 40 ms during it, 20 ms after.
+    let p99 = |s: u32| match s {
+        10..=12 => 40.0,
+        0..=9 => 12.0 + f64::from(s % 3),
+        _ => 20.0,
+    };
+    let windows: Vec<_> = (0..35).map(|s| (s, 900, 0, p99(s))).collect();
+    let wrk = parse_wrk("WRKJSON {\"requests\":3600,\"duration_us\":2000000,\"status200\":3600,\"non200\":0,\"connect\":0,\"read\":0,\"write\":0,\"timeout\":0,\"p99_us\":4000}\n").unwrap();
+    let (k6_status, busy) = (ExitStatus::from_raw(0), summary(31_500, 0, &windows));
+    let l = Loaded {
+        summary: busy,
+        wrk,
+        span: (1_010_000, 1_012_000),
+        k6_cpu_s: 1.0,
+        wrk_cpu_s: 1.0,
+        k6_status,
+    };
+    let m = measure(&l);
+    // The median of 12, 13, 14 ms repeated is 13 ms: recovered is back under 26 ms.
+    assert_eq!((m.baseline_p99_ms, m.recovered_under_ms), (Some(13.0), 26.0));
+    assert_eq!(m.recovery.first_ok_window, Some(13));
+    assert!(overload::judge(&m, &[], k6_status).is_empty());
+    // A stack that stays slower than twice what it was still fails.
+    let slow: Vec<_> = (0..35).map(|s| (s, 900, 0, if s < 10 { 12.0 } else { 30.0 })).collect();
+    let l = Loaded { summary: summary(31_500, 0, &slow), ..l };
+    let m = measure(&l);
+    assert_eq!(
+        overload::judge(&m, &[], k6_status),
+        ["p99 never back under 24.0 ms after the overload"]
+    );
+    // A quiet machine keeps the absolute bound.
+    assert_eq!(overload::recovery_threshold(Some(1.2)), 5.0);
+    assert_eq!(overload::recovery_threshold(None), 5.0);
 }
 
 #[test]
