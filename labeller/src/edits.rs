@@ -290,13 +290,13 @@ pub fn draw(
         }
     }
     if let Some(among) = among {
-        let free: Vec<u32> = among
+        let mut free: Vec<u32> = among
             .iter()
             .copied()
             .filter(|p| range.contains(p) && !picked.contains(p))
-            .collect::<std::collections::BTreeSet<u32>>()
-            .into_iter()
             .collect();
+        free.sort_unstable();
+        free.dedup();
         anyhow::ensure!(
             relabel <= free.len(),
             "{relabel} relabels among {} positions in {range:?} that are not removed",

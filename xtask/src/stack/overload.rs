@@ -84,9 +84,8 @@ pub struct Measured {
     pub served_rps: f64,
     pub k6_overload_rps: f64,
     pub p99_during_max_ms: f64,
-    /// The median p99 of the seconds before the overload, and the recovery's threshold from it.
+    /// The median p99 of the seconds before the overload.
     pub baseline_p99_ms: Option<f64>,
-    pub recovered_under_ms: f64,
     pub recovery: Recovery,
 }
 
@@ -144,7 +143,6 @@ pub fn measure(l: &Loaded) -> Measured {
         k6_overload_rps: k6_rps,
         p99_during_max_ms: during.iter().map(|w| w.p99).fold(0.0, f64::max),
         baseline_p99_ms,
-        recovered_under_ms: under,
         recovery: recovery(windows, end_s, BEFORE + OVER + AFTER, under),
     }
 }
@@ -152,7 +150,7 @@ pub fn measure(l: &Loaded) -> Measured {
 /// The gate's problems: any container trouble, a late or no recovery, k6 failing.
 pub fn judge(m: &Measured, c: &[Container], k6: std::process::ExitStatus) -> Vec<String> {
     let mut problems: Vec<String> = c.iter().filter_map(Container::trouble).collect();
-    let under = m.recovered_under_ms;
+    let under = recovery_threshold(m.baseline_p99_ms);
     match m.recovery.after_end_s {
         Some(s) if s <= RECOVER_S => {}
         Some(s) => problems.push(format!(
@@ -170,7 +168,7 @@ pub fn figures(m: &Measured, l: &Loaded, c: &[Container], not_up: usize, p: &[St
     let back = r.after_end_s.map_or("never".into(), |s| format!("{s:.1} s"));
     let later = r.worst_later_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
     let before = m.baseline_p99_ms.map_or("-".into(), |p| format!("{p:.2} ms"));
-    let under = m.recovered_under_ms;
+    let under = recovery_threshold(m.baseline_p99_ms);
     let restarts: u32 = c.iter().map(|c| c.restarts).sum();
     let ooms: u64 = c.iter().map(Container::oom_kills).sum();
     let (offered, served, during) = (m.offered_rps, m.served_rps, m.p99_during_max_ms);
